@@ -1,0 +1,61 @@
+"""Engine runners behind one interface (see runners.base). Look one up by name with `get_runner`."""
+from __future__ import annotations
+
+import importlib
+import shlex
+
+from .base import (
+    DEFAULT_NOW,
+    Errored,
+    Outcome,
+    Raised,
+    Rendered,
+    RenderRequest,
+    Runner,
+    RunnerUnavailable,
+    Skipped,
+)
+
+# name -> "module:Class". Imported lazily so that using one engine never requires the others.
+BUILTIN_RUNNERS = {
+    "hf": "runners.hf:HFRunner",
+    "evaluator": "runners.evaluator.runner:EvaluatorRunner",
+    "llamacpp": "runners.llamacpp:LlamaCppRunner",
+    "minijinja": "runners.minijinja_runner:MiniJinjaRunner",
+    "hfjs": "runners.hfjs:HFJSRunner",
+}
+
+# Example harnesses shipped in runners/examples, reachable by a short name through the command runner.
+EXAMPLE_HARNESSES = ("ferrox", "chatml-builtin", "paperkiln")
+
+REFERENCE_RUNNER = "hf"
+
+
+def runner_names() -> list[str]:
+    return sorted(BUILTIN_RUNNERS) + list(EXAMPLE_HARNESSES)
+
+
+def get_runner(spec: str, **options) -> Runner:
+    """Build a runner from a spec: a builtin name, an example harness name, or `command:<argv>`."""
+    if spec.startswith("command:"):
+        from .command import CommandRunner
+
+        return CommandRunner(shlex.split(spec[len("command:"):]), **options)
+    if spec in EXAMPLE_HARNESSES:
+        from .command import CommandRunner
+        from .examples import example_argv
+
+        return CommandRunner(example_argv(spec), name=spec, **options)
+    try:
+        target = BUILTIN_RUNNERS[spec]
+    except KeyError:
+        raise ValueError(f"unknown runner {spec!r}; known: {', '.join(runner_names())}, or command:'<argv>'") from None
+    module_name, class_name = target.split(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    return cls(**options)
+
+
+__all__ = [
+    "DEFAULT_NOW", "Errored", "Outcome", "Raised", "Rendered", "RenderRequest", "Runner", "RunnerUnavailable",
+    "Skipped", "get_runner", "runner_names", "REFERENCE_RUNNER", "BUILTIN_RUNNERS", "EXAMPLE_HARNESSES",
+]

@@ -1,0 +1,248 @@
+"""Run any executable that speaks the harness protocol (runners/protocol/PROTOCOL.md) as a runner.
+
+Failure handling: a harness that crashes, hangs past the timeout, prints something that is not a protocol
+response, or answers with the wrong seq costs that one cell (Errored, with the stderr tail) and a restart;
+the next cell gets a fresh process, and the run goes on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import selectors
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterable, Iterator, Optional, Sequence
+
+from .base import Errored, Outcome, RenderRequest, Runner, RunnerUnavailable
+from .protocol import PROTOCOL_VERSION, ProtocolError, encode, outcome_from_message, render_message
+
+DEFAULT_TIMEOUT = 20.0
+START_TIMEOUT = 60.0
+STDERR_TAIL = 4000
+MAX_LINE = 256 * 1024 * 1024
+
+
+class HarnessFailure(Exception):
+    def __init__(self, message: str, timed_out: bool = False):
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class HarnessProcess:
+    """One live harness process: start handshake, one render at a time, stop."""
+
+    def __init__(self, argv: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None,
+                 start_timeout: float = START_TIMEOUT):
+        self.argv = list(argv)
+        self.stderr_file = tempfile.TemporaryFile()
+        try:
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_file,
+                env=env, cwd=cwd, start_new_session=True,
+            )
+        except OSError as exc:
+            raise RunnerUnavailable(f"cannot start harness {self.argv!r}: {exc}") from exc
+        self._buffer = b""
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self.proc.stdout, selectors.EVENT_READ)
+        self.seq = 0
+        self.info = self._handshake(start_timeout)
+
+    def _handshake(self, timeout: float) -> dict:
+        self._send({"cmd": "start", "version": PROTOCOL_VERSION})
+        line = self._read_line(timeout)
+        try:
+            info = json.loads(line)
+        except ValueError as exc:
+            raise HarnessFailure(f"start response is not JSON: {line[:200]!r}") from exc
+        if not isinstance(info, dict) or "name" not in info:
+            raise HarnessFailure(f"start response lacks a name: {line[:200]!r}")
+        return info
+
+    def _send(self, message: dict) -> None:
+        try:
+            self.proc.stdin.write(encode(message))
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as exc:
+            raise HarnessFailure(f"harness stdin closed ({self._exit_text()})") from exc
+
+    def _exit_text(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
+
+    def _read_line(self, timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise HarnessFailure(f"no response within {timeout:g}s", timed_out=True)
+            if not self._selector.select(remaining):
+                continue
+            chunk = os.read(self.proc.stdout.fileno(), 1 << 20)
+            if not chunk:
+                self.proc.wait(timeout=5)
+                raise HarnessFailure(f"harness exited ({self._exit_text()})")
+            self._buffer += chunk
+            if len(self._buffer) > MAX_LINE:
+                raise HarnessFailure(f"response line longer than {MAX_LINE} bytes")
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def render(self, request: RenderRequest, timeout: float) -> Outcome:
+        self.seq += 1
+        self._send(render_message(self.seq, request))
+        line = self._read_line(timeout)
+        try:
+            message = json.loads(line)
+        except ValueError as exc:
+            raise HarnessFailure(f"response is not JSON: {line[:200]!r}") from exc
+        try:
+            return outcome_from_message(message, self.seq)
+        except ProtocolError as exc:
+            raise HarnessFailure(f"protocol violation: {exc}") from exc
+
+    def stderr_tail(self, limit: int = STDERR_TAIL) -> str:
+        try:
+            self.stderr_file.seek(0, os.SEEK_END)
+            size = self.stderr_file.tell()
+            self.stderr_file.seek(max(0, size - limit))
+            return self.stderr_file.read().decode("utf-8", "replace")
+        except (OSError, ValueError):
+            return ""
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, grace: float = 2.0) -> None:
+        if self.proc.poll() is None:
+            try:
+                self._send({"cmd": "stop"})
+                self.proc.stdin.close()
+                self.proc.wait(timeout=grace)
+            except (HarnessFailure, OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self._selector.close()
+        self.stderr_file.close()
+
+
+class CommandRunner(Runner):
+    """A runner backed by one or more harness processes (one per worker)."""
+
+    language = "any"
+
+    def __init__(self, argv: Sequence[str], name: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
+                 workers: int = 1, env: Optional[dict] = None, cwd: Optional[str] = None,
+                 start_timeout: float = START_TIMEOUT):
+        if not argv:
+            raise ValueError("command runner needs a command line")
+        self.argv = list(argv)
+        self.timeout = timeout
+        self.workers = max(1, workers)
+        self.env = env
+        self.cwd = cwd
+        self.start_timeout = start_timeout
+        self._idle: "queue.Queue[Optional[HarnessProcess]]" = queue.Queue()
+        for _ in range(self.workers):
+            self._idle.put(None)
+        self._all: list[HarnessProcess] = []
+        self._lock = threading.Lock()
+        self.restarts = 0
+        self._name_override = name
+        self.name = name or os.path.basename(self.argv[0])
+        self.version = "unknown"
+        self._described = False
+
+    # Starting the first process tells us the harness's own name and version.
+    def _spawn(self) -> HarnessProcess:
+        try:
+            proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout)
+        except HarnessFailure as exc:
+            raise RunnerUnavailable(f"harness {self.argv!r} failed to start: {exc}") from exc
+        with self._lock:
+            self._all.append(proc)
+            if not self._described:
+                self._described = True
+                info = proc.info
+                if not self._name_override:
+                    self.name = str(info.get("name", self.name))
+                self.version = str(info.get("version", self.version))
+                self.language = str(info.get("language", self.language))
+                self.homepage = str(info.get("homepage", self.homepage))
+        return proc
+
+    def start(self) -> dict:
+        """Start one process now (rather than on the first render) and return the harness description."""
+        proc = self._idle.get()
+        try:
+            if proc is None or not proc.alive():
+                proc = self._spawn()
+        finally:
+            self._idle.put(proc)
+        return self.describe()
+
+    def render(self, request: RenderRequest) -> Outcome:
+        proc = self._idle.get()
+        try:
+            if proc is None or not proc.alive():
+                if proc is not None:
+                    self._retire(proc)
+                try:
+                    proc = self._spawn()
+                except RunnerUnavailable as exc:
+                    proc = None
+                    return Errored(str(exc))
+            try:
+                return proc.render(request, self.timeout)
+            except HarnessFailure as exc:
+                detail = proc.stderr_tail()
+                self._retire(proc)
+                proc = None
+                self.restarts += 1
+                return Errored(f"{self.name}: {exc}", detail, timed_out=exc.timed_out)
+        finally:
+            self._idle.put(proc)
+
+    def _retire(self, proc: HarnessProcess) -> None:
+        proc.kill()
+        with self._lock:
+            if proc in self._all:
+                self._all.remove(proc)
+
+    def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:
+        if self.workers == 1:
+            yield from super().render_many(requests)
+            return
+        with ThreadPoolExecutor(self.workers) as pool:
+            yield from pool.map(self.render, requests)
+
+    def close(self) -> None:
+        with self._lock:
+            procs, self._all = self._all, []
+        for proc in procs:
+            proc.stop()

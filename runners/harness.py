@@ -1,0 +1,59 @@
+"""Serve a Python renderer over the harness protocol (the server side of runners/protocol).
+
+Python engines (the HF reference, MiniJinja, the example harnesses) run as harness processes too, so that a
+template that hangs, exhausts memory or crashes the interpreter costs one process restart, never the run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+from typing import Callable
+
+from .base import Errored, Outcome, RenderRequest
+from .protocol import PROTOCOL_VERSION, encode, outcome_message, request_from_message
+
+# Address-space cap for a harness process: a template that builds a gigantic string fails with MemoryError.
+DEFAULT_MEMORY_LIMIT = 4 * 1024**3
+
+
+def limit_memory(limit_bytes: int = DEFAULT_MEMORY_LIMIT) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit_bytes = min(limit_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, hard))
+
+
+def serve(info: dict, render: Callable[[RenderRequest], Outcome], memory_limit: int | None = DEFAULT_MEMORY_LIMIT) -> None:
+    """Answer protocol messages on stdin/stdout until `stop` or end of input."""
+    # The protocol owns the real stdout; anything an engine prints goes to stderr instead.
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    sys.stdout = sys.stderr
+    if memory_limit:
+        limit_memory(memory_limit)
+    for raw in sys.stdin.buffer:
+        try:
+            message = json.loads(raw)
+        except ValueError as exc:
+            print(f"harness: ignoring a line that is not JSON: {exc}", file=sys.stderr)
+            continue
+        cmd = message.get("cmd")
+        if cmd == "start":
+            if message.get("version") != PROTOCOL_VERSION:
+                out.write(encode({"error": f"unsupported protocol version {message.get('version')!r}"}))
+                return
+            out.write(encode(info))
+        elif cmd == "render":
+            seq = message.get("seq")
+            try:
+                outcome = render(request_from_message(message))
+            except MemoryError:
+                outcome = Errored("memory limit exceeded while rendering")
+            except Exception as exc:  # the renderer's own bug: report it, keep serving
+                outcome = Errored(f"harness failed: {type(exc).__name__}: {exc}")
+            out.write(encode(outcome_message(seq, outcome)))
+        elif cmd == "stop":
+            return
+        else:
+            print(f"harness: unknown cmd {cmd!r}", file=sys.stderr)

@@ -1,0 +1,147 @@
+"""The reference runner: HuggingFace transformers' own `apply_chat_template(..., tokenize=False)`.
+
+A real tokenizer object is built offline from a tiny in-memory vocabulary that holds the template's bos/eos
+texts, so the template sees exactly the special-token variables transformers passes for such a model and
+nothing else. No download ever happens. `strftime_now` reads a frozen clock set from the case's `now`.
+
+The renderer runs inside a harness process (python -m runners.hf) so that a hostile template is bounded in
+time and memory and cannot take the suite down with it.
+"""
+from __future__ import annotations
+
+import contextvars
+import datetime as _dt
+import os
+import sys
+from functools import lru_cache
+from typing import Optional
+
+from .base import Outcome, Raised, Rendered, RenderRequest
+from .command import CommandRunner
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+_frozen_now: contextvars.ContextVar[Optional[_dt.datetime]] = contextvars.ContextVar("chatgold_now", default=None)
+
+
+def parse_now(now: str) -> _dt.datetime:
+    """The case clock as a naive UTC wall-clock time (what datetime.now() returns on a UTC machine)."""
+    value = _dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
+    if value.tzinfo is not None:
+        value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
+    return value
+
+
+class _FrozenDatetime(_dt.datetime):
+    """Replaces `datetime` inside transformers' chat-template module so strftime_now sees the case clock."""
+
+    @classmethod
+    def now(cls, tz=None):
+        frozen = _frozen_now.get()
+        if frozen is None:
+            return _dt.datetime.now(tz)
+        if tz is not None:
+            return frozen.replace(tzinfo=_dt.timezone.utc).astimezone(tz)
+        return frozen
+
+
+def transformers_versions() -> dict:
+    import jinja2
+    import tokenizers
+    import transformers
+
+    return {"transformers": transformers.__version__, "tokenizers": tokenizers.__version__, "jinja2": jinja2.__version__}
+
+
+class HFRenderer:
+    """Renders in this process with the real transformers. Use HFRunner for the bounded, isolated form."""
+
+    def __init__(self):
+        import transformers
+        from transformers.utils import chat_template_utils
+
+        chat_template_utils.datetime = _FrozenDatetime
+        self.version = transformers.__version__
+
+    @staticmethod
+    @lru_cache(maxsize=64)
+    def tokenizer(bos_token: Optional[str], eos_token: Optional[str]):
+        from tokenizers import Tokenizer, models
+        from transformers import PreTrainedTokenizerFast
+
+        vocab = {}
+        for text in (bos_token, eos_token):
+            if text is not None and text not in vocab:
+                vocab[text] = len(vocab)
+        vocab.setdefault("<chatgold-filler>", len(vocab))
+        backend = Tokenizer(models.WordLevel(vocab, unk_token=None))
+        special = {}
+        if bos_token is not None:
+            special["bos_token"] = bos_token
+        if eos_token is not None:
+            special["eos_token"] = eos_token
+        return PreTrainedTokenizerFast(tokenizer_object=backend, **special)
+
+    def render(self, request: RenderRequest) -> Outcome:
+        tok = self.tokenizer(request.bos_token, request.eos_token)
+        token = _frozen_now.set(parse_now(request.now))
+        try:
+            text = tok.apply_chat_template(
+                request.messages,
+                tools=request.tools,
+                documents=request.documents,
+                chat_template=request.template,
+                add_generation_prompt=request.add_generation_prompt,
+                continue_final_message=request.continue_final_message,
+                tokenize=False,
+                **dict(request.kwargs),
+            )
+        except MemoryError:
+            raise
+        except Exception as exc:  # every failure inside apply_chat_template is the reference refusing
+            return Raised(f"{type(exc).__name__}: {exc}")
+        finally:
+            _frozen_now.reset(token)
+        return Rendered(text)
+
+
+class HFRunner(CommandRunner):
+    """The reference runner, isolated in a harness process."""
+
+    language = "python"
+    homepage = "https://github.com/huggingface/transformers"
+
+    def __init__(self, timeout: float = 20.0, workers: int = 1, **options):
+        env = dict(os.environ, PYTHONPATH=_import_root())
+        super().__init__([sys.executable, "-m", "runners.hf"], name="hf", timeout=timeout, workers=workers,
+                         env=env, **options)
+        self.version = _installed_version("transformers")
+
+
+def _import_root() -> str:
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    existing = os.environ.get("PYTHONPATH")
+    return here + (os.pathsep + existing if existing else "")
+
+
+def _installed_version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "missing"
+
+
+def main() -> None:
+    from .harness import serve
+
+    renderer = HFRenderer()
+    serve({"name": "hf", "version": renderer.version, "language": "python",
+           "homepage": HFRunner.homepage}, renderer.render)
+
+
+if __name__ == "__main__":
+    main()
