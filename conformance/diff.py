@@ -1,0 +1,81 @@
+"""Byte-level comparison of an engine's output with a golden, shown with whitespace and escapes visible."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+CONTEXT = 40
+_VISIBLE = {0x0A: "\\n\n", 0x0D: "\\r", 0x09: "\\t", 0x20: "·", 0x5C: "\\\\"}
+
+
+def first_difference(expected: bytes, actual: bytes) -> Optional[int]:
+    """Offset of the first differing byte, or None when equal (a prefix differs at the shorter's end)."""
+    if expected == actual:
+        return None
+    limit = min(len(expected), len(actual))
+    # Compare in blocks first: goldens reach hundreds of KB and most of them match.
+    lo = 0
+    step = 4096
+    while lo < limit and expected[lo:lo + step] == actual[lo:lo + step]:
+        lo += step
+    for index in range(lo, min(limit, lo + step)):
+        if expected[index] != actual[index]:
+            return index
+    return limit
+
+
+def visible(data: bytes, newline_breaks: bool = False) -> str:
+    """Bytes as readable text: spaces as ·, control characters and invalid UTF-8 as escapes."""
+    out = []
+    text = data.decode("utf-8", "backslashreplace")
+    for ch in text:
+        code = ord(ch)
+        if code in _VISIBLE:
+            shown = _VISIBLE[code]
+            out.append(shown if newline_breaks or code != 0x0A else "\\n")
+        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or code in (0x2028, 0x2029, 0xFEFF, 0x200B):
+            out.append(f"\\u{code:04x}" if code > 0xFF else f"\\x{code:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    offset: int
+    expected_len: int
+    actual_len: int
+    expected_context: str
+    actual_context: str
+    line: int   # 1-based line of the offset in the golden
+    column: int
+
+    def describe(self) -> str:
+        return (f"first difference at byte {self.offset} (golden line {self.line}, column {self.column}; "
+                f"golden {self.expected_len} bytes, output {self.actual_len} bytes)\n"
+                f"  golden: {self.expected_context}\n  output: {self.actual_context}")
+
+    def to_dict(self) -> dict:
+        return {"offset": self.offset, "expected_len": self.expected_len, "actual_len": self.actual_len,
+                "expected_context": self.expected_context, "actual_context": self.actual_context,
+                "line": self.line, "column": self.column}
+
+
+def compare_bytes(expected: bytes, actual: bytes, context: int = CONTEXT) -> Optional[Divergence]:
+    offset = first_difference(expected, actual)
+    if offset is None:
+        return None
+    prefix = expected[:offset]
+    line = prefix.count(b"\n") + 1
+    column = offset - (prefix.rfind(b"\n") + 1) + 1
+
+    def show(data: bytes) -> str:
+        start = max(0, offset - context)
+        while start > 0 and start < len(data) and (data[start] & 0xC0) == 0x80:
+            start -= 1
+        before, after = data[start:offset], data[offset:offset + context]
+        lead = "…" if start > 0 else ""
+        tail = "…" if offset + context < len(data) else ("⟨end⟩" if offset >= len(data) else "")
+        return f"{lead}{visible(before)}⟦{visible(after)}{tail}"
+
+    return Divergence(offset, len(expected), len(actual), show(expected), show(actual), line, column)
