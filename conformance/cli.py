@@ -11,7 +11,7 @@ from typing import Optional
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_RAISED, EXIT_ERRORED, EXIT_SKIPPED = 0, 1, 2, 3, 4, 5
 
 # Modules adding their own subcommands: each has register(subparsers), and sets func=callable(args)->int.
-EXTENSION_MODULES: list[str] = []
+EXTENSION_MODULES: list[str] = ["conformance.cli_corpus_extra"]
 
 
 class UserError(Exception):

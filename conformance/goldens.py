@@ -114,7 +114,12 @@ def find_orphans(template_ids: Iterable[str], case_ids: Iterable[str], root: Opt
             orphans.append(child)
             continue
         names = allowed[child.name]
-        orphans.extend(p for p in sorted(child.iterdir()) if p.name not in names)
+        present = {p.name for p in child.iterdir()}
+        for path in sorted(child.iterdir()):
+            # A cell is either rendered or raised: a second variant beside the first is stale.
+            stale_raised = path.name.endswith(RAISED_SUFFIX) and path.name[:-len(RAISED_SUFFIX)] + RENDERED_SUFFIX in present
+            if path.name not in names or stale_raised:
+                orphans.append(path)
     return orphans
 
 

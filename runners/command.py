@@ -37,8 +37,10 @@ class HarnessProcess:
     """One live harness process: start handshake, one render at a time, stop."""
 
     def __init__(self, argv: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None,
-                 start_timeout: float = START_TIMEOUT):
+                 start_timeout: float = START_TIMEOUT, validate: bool = False):
         self.argv = list(argv)
+        # validate: check every line both ways against runners/protocol/*.schema.json (a violation is a failure).
+        self.validate = validate
         self.stderr_file = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(
@@ -51,11 +53,17 @@ class HarnessProcess:
         self._selector = selectors.DefaultSelector()
         self._selector.register(self.proc.stdout, selectors.EVENT_READ)
         self.seq = 0
-        self.info = self._handshake(start_timeout)
+        try:
+            self.info = self._handshake(start_timeout)
+        except BaseException:
+            self.kill()  # a harness that never started must not outlive the attempt
+            raise
 
     def _handshake(self, timeout: float) -> dict:
         self._send({"cmd": "start", "version": PROTOCOL_VERSION})
         line = self._read_line(timeout)
+        if self.validate:
+            self._check_response("start-response", line)
         try:
             info = json.loads(line)
         except ValueError as exc:
@@ -64,7 +72,19 @@ class HarnessProcess:
             raise HarnessFailure(f"start response lacks a name: {line[:200]!r}")
         return info
 
+    def _check_response(self, kind: str, line: bytes) -> None:
+        from .protocol.validate import check_response
+
+        try:
+            check_response(kind, line)
+        except ProtocolError as exc:
+            raise HarnessFailure(f"schema violation: {exc}") from exc
+
     def _send(self, message: dict) -> None:
+        if self.validate:
+            from .protocol.validate import check_request
+
+            check_request(message)  # our own bug if this fails: let it raise
         try:
             self.proc.stdin.write(encode(message))
             self.proc.stdin.flush()
@@ -108,6 +128,8 @@ class HarnessProcess:
             message = json.loads(line)
         except ValueError as exc:
             raise HarnessFailure(f"response is not JSON: {line[:200]!r}") from exc
+        if self.validate:
+            self._check_response("render-response", line)
         try:
             return outcome_from_message(message, self.seq)
         except ProtocolError as exc:
@@ -158,7 +180,7 @@ class CommandRunner(Runner):
 
     def __init__(self, argv: Sequence[str], name: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
                  workers: int = 1, env: Optional[dict] = None, cwd: Optional[str] = None,
-                 start_timeout: float = START_TIMEOUT):
+                 start_timeout: float = START_TIMEOUT, validate: bool = False):
         if not argv:
             raise ValueError("command runner needs a command line")
         self.argv = list(argv)
@@ -167,6 +189,7 @@ class CommandRunner(Runner):
         self.env = env
         self.cwd = cwd
         self.start_timeout = start_timeout
+        self.validate = validate
         self._idle: "queue.Queue[Optional[HarnessProcess]]" = queue.Queue()
         for _ in range(self.workers):
             self._idle.put(None)
@@ -181,7 +204,8 @@ class CommandRunner(Runner):
     # Starting the first process tells us the harness's own name and version.
     def _spawn(self) -> HarnessProcess:
         try:
-            proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout)
+            proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout,
+                                  validate=self.validate)
         except HarnessFailure as exc:
             raise RunnerUnavailable(f"harness {self.argv!r} failed to start: {exc}") from exc
         with self._lock:

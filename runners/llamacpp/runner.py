@@ -1,0 +1,315 @@
+"""LlamaCppRunner: render through a real llama-server built from the pinned llama.cpp source.
+
+Per template, a tiny GGUF carrying it is written (cached by content) and a llama-server is started on it with
+`--jinja`; each cell is one POST /apply-template (the same code path as /v1/chat/completions). render_many
+groups cells by template so each template costs one server start, and runs `workers` servers at a time.
+"""
+from __future__ import annotations
+
+import atexit
+import signal
+import threading
+import time
+import weakref
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterable, Iterator, Optional
+
+from ..base import Errored, Outcome, Raised, Rendered, RenderRequest, Runner, RunnerUnavailable, Skipped
+from . import build
+from .clock import faketime_stamp, find_libfaketime
+from .model import model_for
+from .server import LlamaServer, ServerFailure, ServerStartFailure
+
+CLOCK_PROBE_TEMPLATE = "{{ strftime_now('%Y-%m-%d %H:%M:%S') }}|{{ date_string }}"
+CLOCK_PROBE_NOW = "2031-02-03T04:05:06+00:00"
+CLOCK_PROBE_EXPECTED = "2031-02-03 04:05:06|03 Feb 2031"
+# What a template must mention for the clock to matter (date_string/datetime are injected by llama.cpp).
+CLOCK_WORDS = ("strftime_now", "date_string", "datetime")
+
+_live_runners: "weakref.WeakSet[LlamaCppRunner]" = weakref.WeakSet()
+
+
+def _close_all() -> None:
+    for runner in list(_live_runners):
+        runner.close()
+
+
+atexit.register(_close_all)
+
+
+def _install_sigterm_handler() -> None:
+    """Turn SIGTERM into SystemExit so that atexit (and so server shutdown) runs; only if nobody else handles it."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        def on_sigterm(signum, frame):
+            raise SystemExit(128 + signum)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+
+
+def _group_key(request: RenderRequest) -> tuple:
+    return (request.template, request.bos_token, request.eos_token)
+
+
+class LlamaCppRunner(Runner):
+    name = "llamacpp"
+    version = build.LLAMA_CPP_TAG
+    language = "c++"
+    homepage = "https://github.com/ggml-org/llama.cpp"
+
+    def __init__(self, timeout: float = 20.0, workers: int = 2, start_timeout: float = 60.0,
+                 build_if_missing: bool = True, binary: Optional[str] = None, freeze_clock: bool = True):
+        self.timeout = timeout
+        self.workers = max(1, workers)
+        self.start_timeout = start_timeout
+        self._build_if_missing = build_if_missing
+        self._binary = Path(binary) if binary else None
+        self._freeze_clock = freeze_clock
+        self.models_dir = build.cache_root() / "llamacpp-models"
+        self._lock = threading.Lock()
+        self._idle: "OrderedDict[tuple, list[LlamaServer]]" = OrderedDict()
+        self._busy: set = set()
+        self._refusals: dict = {}     # group key -> Raised: the server will not start on this template
+        self._clock_checked = False
+        self._clock_problem: Optional[str] = None
+        self._libfaketime: Optional[Path] = None
+        self.server_starts = 0
+        self.restarts = 0
+        self.start_seconds = 0.0
+        self._closed = False
+        _live_runners.add(self)
+        _install_sigterm_handler()
+
+    # -- set-up ------------------------------------------------------------------------------------------
+    def binary(self) -> Path:
+        if self._binary is None:
+            found = build.find_llama_server()
+            if found is None:
+                if not self._build_if_missing:
+                    raise RunnerUnavailable("llama-server is not built; run `chatgold engines build llama.cpp`")
+                try:
+                    found = build.build_llama_server()
+                except build.LlamaCppBuildError as exc:
+                    raise RunnerUnavailable(str(exc)) from exc
+            self._binary = found
+        return self._binary
+
+    def _check_clock(self) -> None:
+        """Once per runner: prove the frozen clock reaches templates, or remember why it does not."""
+        with self._lock:
+            if self._clock_checked:
+                return
+            self._clock_checked = True
+        if not self._freeze_clock:
+            self._clock_problem = "clock freezing disabled"
+            return
+        library = find_libfaketime()
+        if library is None:
+            self._clock_problem = ("libfaketime not found (install the PyPI `libfaketime` package or Debian's "
+                                   "`libfaketime`, or set CHATGOLD_LIBFAKETIME)")
+            return
+        self._libfaketime = library
+        probe = RenderRequest(template=CLOCK_PROBE_TEMPLATE, messages=[{"role": "user", "content": "x"}],
+                              now=CLOCK_PROBE_NOW, template_id="<clock probe>")
+        outcome = self._render_uncached(probe)
+        if not (isinstance(outcome, Rendered) and outcome.text == CLOCK_PROBE_EXPECTED):
+            self._libfaketime = None
+            self._clock_problem = f"libfaketime at {library} did not freeze llama-server's clock: {outcome!r}"
+
+    def clock_status(self) -> Optional[str]:
+        """None when llama-server's clock follows each case's `now`; otherwise why not."""
+        self.binary()
+        self._check_clock()
+        return self._clock_problem
+
+    # -- server pool: idle servers kept per template, at most `workers` idle in total -------------------
+    def _acquire(self, key: tuple, request: RenderRequest) -> LlamaServer:
+        with self._lock:
+            servers = self._idle.get(key)
+            while servers:
+                server = servers.pop()
+                if not servers:
+                    del self._idle[key]
+                if server.alive():
+                    self._busy.add(server)
+                    return server
+                server.kill()
+                servers = self._idle.get(key)
+        model = model_for(request.template, request.bos_token or None, request.eos_token or None, self.models_dir)
+        started = time.monotonic()
+        server = LlamaServer(self.binary(), model, self._libfaketime, start_timeout=self.start_timeout)
+        with self._lock:
+            self.server_starts += 1
+            self.start_seconds += time.monotonic() - started
+            if self._closed:
+                server.stop()
+                raise ServerFailure("runner closed")
+            self._busy.add(server)
+        return server
+
+    def _release(self, key: tuple, server: LlamaServer, keep: bool) -> None:
+        evicted = []
+        with self._lock:
+            self._busy.discard(server)
+            if keep and not self._closed and server.alive():
+                self._idle.setdefault(key, []).append(server)
+                self._idle.move_to_end(key)
+                while sum(len(v) for v in self._idle.values()) > self.workers:
+                    _, oldest = self._idle.popitem(last=False)
+                    evicted.extend(oldest)
+            else:
+                evicted.append(server)
+        for old in evicted:
+            old.stop()
+
+    # -- rendering --------------------------------------------------------------------------------------
+    def render(self, request: RenderRequest) -> Outcome:
+        try:
+            self.binary()
+        except RunnerUnavailable as exc:
+            return Errored(str(exc))
+        self._check_clock()
+        if self._clock_problem and any(word in request.template for word in CLOCK_WORDS):
+            return Skipped(f"llama.cpp reads the clock here but it cannot be frozen: {self._clock_problem}")
+        return self._render_uncached(request)
+
+    def _render_uncached(self, request: RenderRequest) -> Outcome:
+        key = _group_key(request)
+        refusal = self._refusals.get(key)
+        if refusal is not None:
+            return refusal
+        try:
+            body = self.request_body(request)
+        except _Unsupported as exc:
+            return Skipped(str(exc))
+        try:
+            server = self._acquire(key, request)
+        except ServerStartFailure as exc:
+            if exc.template_refused:
+                refusal = Raised(str(exc))
+                self._refusals[key] = refusal
+                return refusal
+            return Errored(str(exc), exc.detail, timed_out=exc.timed_out)
+        except ServerFailure as exc:
+            return Errored(str(exc), exc.detail, timed_out=exc.timed_out)
+        except (OSError, ValueError) as exc:
+            return Errored(f"llamacpp: cannot prepare the model file: {exc}")
+        keep = False
+        try:
+            if self._libfaketime is not None:
+                server.set_now(faketime_stamp(request.now))
+            status, data = server.apply_template(body, self.timeout)
+            keep = True
+        except ServerFailure as exc:
+            with self._lock:
+                self.restarts += 1
+            return Errored(str(exc), exc.detail, timed_out=exc.timed_out)
+        finally:
+            self._release(key, server, keep)
+        return self.outcome(status, data)
+
+    @staticmethod
+    def request_body(request: RenderRequest) -> dict:
+        """The OpenAI-style body llama-server takes. Inputs it has no field for go where a user would put them."""
+        kwargs = dict(request.kwargs)
+        if request.documents is not None:
+            # llama.cpp has no documents field; chat_template_kwargs is how its users hand them to a template.
+            if "documents" in kwargs:
+                raise _Unsupported("documents and kwargs['documents'] both given")
+            kwargs["documents"] = request.documents
+        body = {
+            "messages": request.messages,
+            "add_generation_prompt": bool(request.add_generation_prompt),  # llama.cpp's default is true
+            "chat_template_kwargs": kwargs,
+        }
+        if request.tools is not None:
+            body["tools"] = request.tools
+        if request.continue_final_message:
+            body["continue_final_message"] = True
+        return body
+
+    @staticmethod
+    def outcome(status: int, data) -> Outcome:
+        if status == 200 and isinstance(data, dict) and isinstance(data.get("prompt"), str):
+            return Rendered(data["prompt"])
+        error = data.get("error") if isinstance(data, dict) else None
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            # 400 (invalid request) and 500 (template exception) both carry the template's/inputs' refusal.
+            return Raised(error["message"])
+        return Errored(f"llama-server: unexpected HTTP {status} answer", repr(data)[:2000])
+
+    def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:
+        requests = list(requests)
+        if not requests:
+            return
+        try:
+            self.binary()
+        except RunnerUnavailable as exc:
+            for _ in requests:
+                yield Errored(str(exc))
+            return
+        self._check_clock()
+        groups: "OrderedDict[tuple, list[int]]" = OrderedDict()
+        for index, request in enumerate(requests):
+            groups.setdefault(_group_key(request), []).append(index)
+        results: list = [None] * len(requests)
+        ready = [threading.Event() for _ in requests]
+        abort = threading.Event()
+
+        def run_group(indices: list) -> None:
+            try:
+                for index in indices:
+                    if abort.is_set():
+                        break
+                    try:
+                        results[index] = self.render(requests[index])
+                    except Exception as exc:  # a runner bug costs one cell, never the run
+                        results[index] = Errored(f"llamacpp: {type(exc).__name__}: {exc}")
+                    ready[index].set()
+            finally:
+                # this group's server is done: stop it now rather than keeping it idle
+                with self._lock:
+                    servers = self._idle.pop(_group_key(requests[indices[0]]), [])
+                for server in servers:
+                    server.stop()
+                for index in indices:
+                    if results[index] is None:
+                        results[index] = Errored("llamacpp: cell not rendered (interrupted)")
+                    ready[index].set()
+
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="llamacpp") as pool:
+            futures = [pool.submit(run_group, indices) for indices in groups.values()]
+            try:
+                for index in range(len(requests)):
+                    ready[index].wait()
+                    yield results[index]
+            except BaseException:  # Ctrl-C, SIGTERM or a consumer that stopped early: end in-flight work now
+                abort.set()
+                for future in futures:
+                    future.cancel()
+                with self._lock:
+                    busy = list(self._busy)
+                for server in busy:
+                    server.kill()
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            servers = [s for group in self._idle.values() for s in group] + list(self._busy)
+            self._idle.clear()
+            self._busy.clear()
+        for server in servers:
+            server.stop()
+
+    def describe(self) -> dict:
+        info = super().describe()
+        info["clock_frozen"] = self._clock_checked and self._clock_problem is None
+        return info
+
+
+class _Unsupported(Exception):
+    pass

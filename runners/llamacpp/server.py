@@ -1,0 +1,206 @@
+"""One live `llama-server` process serving one GGUF file on 127.0.0.1, rendering via POST /apply-template."""
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+from .clock import clock_env, write_stamp
+
+LOG_TAIL = 4000
+LISTENING = re.compile(rb"listening on http://127\.0\.0\.1:(\d+)")
+# Lines in the server log that say the chat template itself was rejected at start-up.
+TEMPLATE_FAILURE_MARKERS = (
+    b"chat template", b"jinja", b"common_chat_", b"failed to apply", b"raise_exception",
+)
+
+
+class ServerFailure(Exception):
+    """The server died, hung or answered with something that is not HTTP+JSON."""
+
+    def __init__(self, message: str, detail: str = "", timed_out: bool = False):
+        super().__init__(message)
+        self.detail = detail
+        self.timed_out = timed_out
+
+
+class ServerStartFailure(ServerFailure):
+    """The server exited (or never listened) before it was ready. template_refused: the template was why."""
+
+    def __init__(self, message: str, detail: str = "", timed_out: bool = False, template_refused: bool = False):
+        super().__init__(message, detail, timed_out)
+        self.template_refused = template_refused
+
+
+def server_argv(binary: Path, model: Path) -> list:
+    return [
+        str(binary), "-m", str(model),
+        "--jinja",                      # the template from the file, no --chat-template-file
+        "--host", "127.0.0.1", "--port", "0",
+        "-c", "512", "-np", "1", "-b", "64", "-ub", "64",
+        "-t", "1", "-tb", "1", "--threads-http", "2",
+        "--no-warmup", "--no-webui", "--offline", "-fit", "off",
+        "--no-prefill-assistant",       # else a chat ending with an assistant message is left open
+    ]
+
+
+def _clean_env(extra: dict) -> dict:
+    # llama-server reads LLAMA_ARG_* (and a few cloud variables) as options: start from an empty environment
+    # so a user's shell cannot change what it renders.
+    env = {key: os.environ[key] for key in ("PATH", "HOME") if key in os.environ}
+    env["LANG"] = env["LC_ALL"] = "C"
+    env.update(extra)
+    return env
+
+
+class LlamaServer:
+    def __init__(self, binary: Path, model: Path, libfaketime: Optional[Path], start_timeout: float = 60.0,
+                 memory_limit: int = 4 << 30):
+        import requests
+
+        self.model = model
+        self._workdir = tempfile.TemporaryDirectory(prefix="chatgold-llama-")
+        self.stamp_file = Path(self._workdir.name) / "faketime"
+        self.log_path = Path(self._workdir.name) / "server.log"
+        self._stamp: Optional[str] = None
+        extra = {}
+        if libfaketime is not None:
+            write_stamp(self.stamp_file, "2000-01-01 00:00:00")
+            extra = clock_env(libfaketime, self.stamp_file)
+        self._log = open(self.log_path, "wb")
+        try:
+            self.proc = subprocess.Popen(
+                server_argv(binary, model), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                env=_clean_env(extra), cwd=self._workdir.name, start_new_session=True)
+        except OSError as exc:
+            self._log.close()
+            self._workdir.cleanup()
+            raise ServerStartFailure(f"cannot run {binary}: {exc}") from exc
+        try:  # bound a template that allocates without end (set after exec: no preexec_fn with threads)
+            resource.prlimit(self.proc.pid, resource.RLIMIT_AS, (memory_limit, memory_limit))
+        except (OSError, ValueError):
+            pass
+        self.session = requests.Session()
+        self.base_url = ""
+        try:
+            self._wait_ready(start_timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self, timeout: float) -> None:
+        import requests
+
+        deadline = time.monotonic() + timeout
+        port = None
+        delay = 0.002
+        while time.monotonic() < deadline:
+            if port is None:
+                match = LISTENING.search(self.log_bytes())
+                if match:
+                    port = int(match.group(1))
+                    self.base_url = f"http://127.0.0.1:{port}"
+            if port is not None:
+                try:
+                    if self.session.get(self.base_url + "/health", timeout=5).status_code == 200:
+                        return
+                except requests.RequestException:
+                    pass
+            code = self.proc.poll()
+            if code is not None:
+                log = self.log_bytes()
+                refused = any(marker in log.lower() for marker in TEMPLATE_FAILURE_MARKERS)
+                raise ServerStartFailure(f"llama-server exited during start-up ({self.exit_text()}): "
+                                         f"{self.failure_reason(log)}", self.log_tail(), template_refused=refused)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        raise ServerStartFailure(f"llama-server not ready within {timeout:g}s", self.log_tail(), timed_out=True)
+
+    @staticmethod
+    def failure_reason(log: bytes) -> str:
+        """The most telling error line of a failed start (the first error about the template, else the last)."""
+        lines = [line.strip() for line in log.decode("utf-8", "replace").splitlines() if line.strip()]
+        errors = [line for line in lines if "error" in line.lower() or "exception" in line.lower()]
+        for line in errors:
+            if any(marker.decode() in line.lower() for marker in TEMPLATE_FAILURE_MARKERS):
+                return line
+        return errors[-1] if errors else (lines[-1] if lines else "no output")
+
+    def log_bytes(self) -> bytes:
+        try:
+            return self.log_path.read_bytes()
+        except OSError:
+            return b""
+
+    def log_tail(self, limit: int = LOG_TAIL) -> str:
+        return self.log_bytes()[-limit:].decode("utf-8", "replace")
+
+    def exit_text(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "still running"
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def set_now(self, stamp: str) -> None:
+        if stamp != self._stamp and self.stamp_file.parent.exists():
+            write_stamp(self.stamp_file, stamp)
+            self._stamp = stamp
+
+    def apply_template(self, body: dict, timeout: float) -> tuple:
+        """(HTTP status, decoded JSON body). ServerFailure when there is no usable answer."""
+        import requests
+
+        try:
+            response = self.session.post(self.base_url + "/apply-template", json=body, timeout=(5, timeout))
+        except requests.Timeout as exc:
+            raise ServerFailure(f"llama-server: no response within {timeout:g}s", self.log_tail(),
+                                timed_out=True) from exc
+        except requests.RequestException as exc:
+            time.sleep(0.05)  # let a dying process finish so the exit status is known
+            raise ServerFailure(f"llama-server: request failed ({self.exit_text()}): {type(exc).__name__}",
+                                self.log_tail()) from exc
+        try:
+            return response.status_code, response.json()
+        except ValueError as exc:
+            raise ServerFailure(f"llama-server: HTTP {response.status_code} with a non-JSON body: "
+                                f"{response.text[:200]!r}", self.log_tail()) from exc
+
+    def stop(self, grace: float = 2.0) -> None:
+        try:
+            self.session.close()
+        except Exception:
+            pass
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(timeout=grace)
+            except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.proc.kill()
+            self.proc.wait()
+        try:
+            self._log.close()
+        except OSError:
+            pass
+        self._workdir.cleanup()
+
+    def kill(self) -> None:
+        self.stop(grace=0)

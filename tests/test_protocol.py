@@ -1,0 +1,156 @@
+"""The harness protocol: failure paths with deliberately broken harnesses, and schema validation of traffic."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import sys
+import time
+
+import pytest
+
+from runners.base import Errored, Raised, Rendered, RenderRequest, Skipped
+from runners.command import CommandRunner
+from runners.protocol import ProtocolError, encode, outcome_message, render_message
+from runners.protocol import validate as protocol_validate
+
+BROKEN = os.path.join(os.path.dirname(__file__), "harnesses", "broken.py")
+HELLO = [{"role": "user", "content": "hi"}]
+
+
+def broken(mode: str, **options) -> CommandRunner:
+    return CommandRunner([sys.executable, BROKEN, mode], **options)
+
+
+def run_three(runner: CommandRunner):
+    """ok, BREAK, ok: the middle cell fails, the cells around it still render."""
+    try:
+        return [runner.render(RenderRequest(t, HELLO)) for t in ("before", "BREAK", "after")]
+    finally:
+        runner.close()
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("crash", "harness exited (exit code 3)"),
+    ("badjson", "response is not JSON"),
+    ("wrongseq", "expected seq 2, got 102"),
+    ("badutf8", "not JSON"),
+])
+def test_a_broken_cell_is_errored_and_the_run_goes_on(mode, expected):
+    runner = broken(mode, timeout=10)
+    before, failed, after = run_three(runner)
+    assert before == Rendered("before")
+    assert isinstance(failed, Errored), failed
+    assert expected in failed.message
+    assert not failed.timed_out
+    assert after == Rendered("after")  # a fresh process took over
+    assert runner.restarts == 1
+
+
+def test_crash_reports_the_stderr_tail():
+    _, failed, _ = run_three(broken("crash", timeout=10))
+    assert "about to crash on purpose" in failed.detail
+
+
+def test_a_hang_times_out_and_the_run_goes_on():
+    runner = broken("hang", timeout=1.0)
+    started = time.monotonic()
+    before, failed, after = run_three(runner)
+    assert isinstance(failed, Errored) and failed.timed_out
+    assert "no response within 1s" in failed.message
+    assert (before, after) == (Rendered("before"), Rendered("after"))
+    assert time.monotonic() - started < 15
+
+
+def test_a_slow_start_is_errored_not_a_hang():
+    import subprocess
+
+    import uuid
+
+    tag = uuid.uuid4().hex  # names this test's harness process only
+    runner = CommandRunner([sys.executable, BROKEN, "slowstart", tag], timeout=5, start_timeout=1.0)
+    try:
+        outcome = runner.render(RenderRequest("x", HELLO))
+    finally:
+        runner.close()
+    assert isinstance(outcome, Errored)
+    # The harness that never answered start was killed, not left sleeping.
+    leftover = subprocess.run(["pgrep", "-f", tag], capture_output=True, text=True).stdout
+    assert leftover.strip() == "", leftover
+    assert "failed to start" in outcome.message and "no response within 1s" in outcome.message
+
+
+def test_a_missing_executable_is_errored():
+    outcome = CommandRunner(["/nonexistent/harness-binary"]).render(RenderRequest("x", HELLO))
+    assert isinstance(outcome, Errored) and "cannot start harness" in outcome.message
+
+
+def test_validation_rejects_a_field_the_schema_does_not_allow():
+    # Without validation the lenient reader takes the text; with it the cell is a protocol failure.
+    assert run_three(broken("extrafield"))[1] == Rendered("x")
+    before, failed, after = run_three(broken("extrafield", validate=True))
+    assert isinstance(failed, Errored)
+    assert "schema violation: render-response.schema.json" in failed.message
+    assert (before, after) == (Rendered("before"), Rendered("after"))
+
+
+def test_every_outcome_message_conforms_and_broken_ones_do_not():
+    request = RenderRequest("t", HELLO, bos_token=None, eos_token="</s>", kwargs={"x": 1})
+    protocol_validate.check("render", render_message(7, request))
+    for outcome in (Rendered("a"), Raised("m"), Skipped("r"), Errored("e", "tail")):
+        protocol_validate.check("render-response", outcome_message(7, outcome))
+    bad = [
+        {"seq": 7},                                          # no outcome
+        {"seq": 7, "text": "a", "raised": {"message": "m"}},  # two outcomes
+        {"seq": 0, "text": "a"},                             # seq starts at 1
+        {"seq": 7, "raised": "m"},                           # body must be an object
+        {"seq": 7, "skipped": {}},                           # reason required
+    ]
+    for message in bad:
+        with pytest.raises(ProtocolError):
+            protocol_validate.check("render-response", message)
+    with pytest.raises(ProtocolError):
+        protocol_validate.check("render", {k: v for k, v in render_message(1, request).items() if k != "now"})
+    protocol_validate.check("start-response", {"name": "x", "version": "1"})
+    with pytest.raises(ProtocolError):
+        protocol_validate.check("start-response", {"version": "1"})
+
+
+def test_wire_lines_are_ascii_single_lines():
+    line = encode(render_message(1, RenderRequest("a\u2028b\n", [{"role": "user", "content": "\U0001F600"}])))
+    assert line.count(b"\n") == 1 and line.endswith(b"\n")
+    line.decode("ascii")
+    assert json.loads(line)["template"] == "a\u2028b\n"
+
+
+def test_shell_validator_passes_a_conforming_harness_and_fails_a_broken_one():
+    out = io.StringIO()
+    assert protocol_validate.validate_harness([sys.executable, BROKEN, "ok"], out=out), out.getvalue()
+    assert "conforms" in out.getvalue()
+    out = io.StringIO()
+    assert not protocol_validate.validate_harness([sys.executable, BROKEN, "slowstart"], start_timeout=1, out=out)
+    assert "FAIL start" in out.getvalue()
+
+
+def test_shell_validator_command_line(tmp_path):
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-m", "runners.protocol.validate", "--", sys.executable, BROKEN, "ok"],
+                            cwd=root, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok   raise_exception" in result.stdout
+
+
+def test_the_worked_exchange_in_protocol_md_conforms():
+    path = os.path.join(os.path.dirname(protocol_validate.__file__), "PROTOCOL.md")
+    with open(path, encoding="utf-8") as handle:
+        block = handle.read().split("## Worked exchange")[1].split("```")[1]
+    lines = block.strip().splitlines()
+    assert len(lines) >= 7
+    for line in lines:
+        direction, message = line[0], json.loads(line[2:])
+        if direction == ">":
+            protocol_validate.check_request(message)
+        else:
+            protocol_validate.check("start-response" if "name" in message else "render-response", message)
