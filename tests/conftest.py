@@ -1,0 +1,42 @@
+"""Shared fixtures: real pinned sources from the cache (fetched by scripts/setup.sh), never downloaded here."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+def _cached_root(source) -> Path:
+    from conformance.sources import LocalSource, cache_dir, sha256_file
+
+    if isinstance(source, LocalSource):
+        return source.root()
+    folder = cache_dir() / "sources" / f"{source.package}-{source.version}-{source.dist}"
+    for archive in sorted(folder.glob("*")) if folder.exists() else []:
+        if archive.is_file() and sha256_file(archive) == source.sha256:
+            root = archive.with_name(archive.name + ".d")
+            if root.exists():
+                return root
+    raise RuntimeError(f"{source.package}=={source.version} is not in the cache {folder}: run scripts/setup.sh "
+                       "(tests never download)")
+
+
+@pytest.fixture(scope="session")
+def cached_source_root():
+    return _cached_root
+
+
+@pytest.fixture(scope="session")
+def llamacpp_models(cached_source_root) -> Path:
+    from conformance.sources.llamacpp import MODELS_DIR, SOURCE
+
+    root = cached_source_root(SOURCE)
+    (base,) = [p for p in root.iterdir() if p.is_dir()]
+    return base / MODELS_DIR
+
+
+@pytest.fixture(scope="session")
+def hf_renderer():
+    from runners.hf import HFRenderer
+
+    return HFRenderer()
