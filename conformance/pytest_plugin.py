@@ -24,6 +24,8 @@ def pytest_addoption(parser):
     group.addoption("--chatgold-granularity", choices=("template", "cell"), default="template",
                     help="one test item per template (default, fast) or per template x case")
     group.addoption("--chatgold-workers", type=int, default=2, help="engine processes per runner (default 2)")
+    group.addoption("--chatgold-report", default=None, metavar="DIR",
+                    help="write the divergence report (JSON, JUnit, Markdown, badges, HTML) into DIR at session end")
 
 
 class GateSession:
@@ -86,8 +88,19 @@ def pytest_configure(config):
 @pytest.fixture(scope="session")
 def chatgold_session(request):
     session = GateSession(request.config)
+    request.config._chatgold_session = session  # for pytest_sessionfinish (the report)
     yield session
     session.close()
+
+
+def pytest_sessionfinish(session):
+    gate = getattr(session.config, "_chatgold_session", None)
+    directory = session.config.getoption("--chatgold-report", None)
+    if gate is not None and directory:
+        from .report.gate import write_gate_report
+
+        for path in write_gate_report(gate, directory):
+            print(f"chatgold: wrote {path}")
 
 
 def pytest_generate_tests(metafunc):

@@ -214,3 +214,39 @@ def test_bad_source_archive_is_refused_with_a_clear_error(tmp_path, monkeypatch)
     assert not (download_dir / build.SDIST_FILENAME).exists()  # moved aside, refetched next time
     assert not build.install_dir().exists()
     assert build.install_dir() == tmp_path / f"llama.cpp-{build.LLAMA_CPP_TAG}"
+
+
+CHILD = r"""
+import sys, time
+from runners.base import RenderRequest
+from runners.llamacpp import LlamaCppRunner
+r = LlamaCppRunner()
+out = r.render(RenderRequest(template="{{ messages[0].content }}", messages=[{"role": "user", "content": "hi"}]))
+assert out.text == "hi", out
+print(" ".join(str(s.proc.pid) for group in r._idle.values() for s in group), flush=True)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_servers_stop_when_the_process_is_signalled(llama_server_binary, signum):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, cwd=root,
+                             env=dict(os.environ, PYTHONPATH=str(root)))
+    try:
+        line = child.stdout.readline().decode()
+        pids = [int(p) for p in line.split()]
+        assert pids and all(_alive(pid) for pid in pids), line
+        child.send_signal(signum)
+        child.wait(timeout=20)
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(pid) for pid in pids)
+    finally:
+        child.kill()
+        child.wait()

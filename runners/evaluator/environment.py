@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextvars
 import datetime as _dt
 import json
-import operator
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -282,7 +281,7 @@ def _precheck_binop(budget: Budget, op: str, left, right) -> None:
         if isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
             bits = right * max(1, abs(left).bit_length())
             if bits > 1_000_000:
-                raise OutputLimitError(f"operator '**' would build an integer of about {bits} bits")
+                raise OutputLimitError(f"operator '**' would build an integer of about {bits} bits, over the value-size limit")
 
 
 def str_join_checked(seq):

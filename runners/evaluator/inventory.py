@@ -92,10 +92,10 @@ def _inventory_cached(template_src: str) -> Inventory:
     macros = {node.name: node for node in tree.find_all(nodes.Macro)}
     _walk_nodes(tree, found, macros)
     _walk_tokens(env, template_src, found)
-    for name in jinja2.meta.find_undeclared_variables(tree):
-        for node in tree.find_all(nodes.Name):
-            if node.name == name and node.ctx == "load":
-                found.add(f"var:{name}", node.lineno)
+    undeclared = jinja2.meta.find_undeclared_variables(tree)
+    for node in tree.find_all(nodes.Name):
+        if node.ctx == "load" and node.name in undeclared:
+            found.add(f"var:{node.name}", node.lineno)
     return Inventory({name: tuple(sorted(lines)) for name, lines in found.found.items()})
 
 

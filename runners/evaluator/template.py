@@ -99,7 +99,6 @@ class TracedRender:
 @lru_cache(maxsize=256)
 def _compile(source: str, tracing: bool) -> jinja2.Template:
     if tracing:
-        from .tracing import TracingEnvironment
         env = _tracing_environment()
     else:
         env = envmod.environment()
@@ -186,9 +185,8 @@ class ChatTemplate:
                eos_token=None, kwargs=None, now=None, continue_final_message=False, *,
                time_limit: float = envmod.DEFAULT_TIME_LIMIT, max_output: int = envmod.DEFAULT_MAX_OUTPUT,
                max_value: int = envmod.DEFAULT_MAX_VALUE) -> str:
-        chunks = self._run(False, messages, tools, documents, add_generation_prompt, bos_token, eos_token,
-                           kwargs, now, continue_final_message, time_limit, max_output, max_value)
-        return chunks
+        return self._run(False, messages, tools, documents, add_generation_prompt, bos_token, eos_token,
+                         kwargs, now, continue_final_message, time_limit, max_output, max_value)
 
     def render_traced(self, messages, tools=None, documents=None, add_generation_prompt=False, bos_token=None,
                       eos_token=None, kwargs=None, now=None, continue_final_message=False, *,

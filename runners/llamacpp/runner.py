@@ -115,6 +115,10 @@ class LlamaCppRunner(Runner):
         probe = RenderRequest(template=CLOCK_PROBE_TEMPLATE, messages=[{"role": "user", "content": "x"}],
                               now=CLOCK_PROBE_NOW, template_id="<clock probe>")
         outcome = self._render_uncached(probe)
+        with self._lock:  # the probe's server is of no further use
+            leftovers = self._idle.pop(_group_key(probe), [])
+        for server in leftovers:
+            server.stop()
         if not (isinstance(outcome, Rendered) and outcome.text == CLOCK_PROBE_EXPECTED):
             self._libfaketime = None
             self._clock_problem = f"libfaketime at {library} did not freeze llama-server's clock: {outcome!r}"

@@ -165,7 +165,14 @@ class LlamaServer:
         import requests
 
         try:
-            response = self.session.post(self.base_url + "/apply-template", json=body, timeout=(5, timeout))
+            try:
+                response = self.session.post(self.base_url + "/apply-template", json=body, timeout=(5, timeout))
+            except requests.ConnectionError:
+                if not self.alive():
+                    raise
+                # a live server closed an idle keep-alive connection under us: once more on a fresh one
+                self.session.close()
+                response = self.session.post(self.base_url + "/apply-template", json=body, timeout=(5, timeout))
         except requests.Timeout as exc:
             raise ServerFailure(f"llama-server: no response within {timeout:g}s", self.log_tail(),
                                 timed_out=True) from exc

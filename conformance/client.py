@@ -1,0 +1,88 @@
+"""A small client for the golden-file service (conformance/service.py; contract: /openapi.json)."""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+from urllib.parse import quote
+
+import requests
+
+
+class ServiceError(RuntimeError):
+    """The service refused a request (4xx) or failed (5xx); the message carries its explanation."""
+
+    def __init__(self, status: int, message: str, url: str):
+        super().__init__(f"{url}: HTTP {status}: {message}")
+        self.status = status
+        self.message = message
+
+
+class ServiceClient:
+    def __init__(self, base_url: str, timeout: float = 30.0, session: Optional[requests.Session] = None):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = timeout
+        self.session = session or requests.Session()
+
+    def _url(self, *parts: str) -> str:
+        return self.base_url + "/" + "/".join(quote(p, safe="") for p in parts)
+
+    def _call(self, method: str, url: str, **kwargs) -> requests.Response:
+        try:
+            response = self.session.request(method, url, timeout=kwargs.pop("timeout", self.timeout), **kwargs)
+        except requests.RequestException as exc:
+            raise ServiceError(0, f"cannot reach the service: {exc}", url) from None
+        if response.status_code >= 400:
+            try:
+                detail = response.json().get("detail", response.text)
+            except ValueError:
+                detail = response.text
+            raise ServiceError(response.status_code, detail if isinstance(detail, str) else str(detail), url)
+        return response
+
+    # -- read --------------------------------------------------------------------------------------------
+    def templates(self, patterns: Optional[list[str]] = None, detail: bool = False) -> list[dict]:
+        params = [("template", p) for p in patterns or []] + [("detail", str(detail).lower())]
+        return self._call("GET", self._url("v1", "templates"), params=params).json()["templates"]
+
+    def template(self, template_id: str) -> dict:
+        return self._call("GET", self._url("v1", "templates", template_id)).json()
+
+    def cases(self, patterns: Optional[list[str]] = None) -> list[dict]:
+        params = [("case", p) for p in patterns or []]
+        return self._call("GET", self._url("v1", "cases"), params=params).json()["cases"]
+
+    def case(self, case_id: str) -> dict:
+        return self._call("GET", self._url("v1", "cases", case_id)).json()
+
+    def golden(self, template_id: str, case_id: str) -> tuple[str, bytes]:
+        """(kind, exact bytes): kind is "rendered", or "raised" when the bytes are the reference's refusal."""
+        response = self._call("GET", self._url("v1", "goldens", template_id, case_id))
+        return response.headers["X-Chatgold-Outcome"], response.content
+
+    # -- check -------------------------------------------------------------------------------------------
+    def check(self, template_id: str, case_id: str, output: Optional[str] = None, raised: Optional[str] = None,
+              attribute: bool = True) -> dict:
+        body = {"template": template_id, "case": case_id}
+        body.update({"output": output} if raised is None else {"raised": raised})
+        return self._call("POST", self._url("v1", "check"), json=body,
+                          params={"attribute": str(attribute).lower()}).json()
+
+    def check_batch(self, cells: Iterable[dict], attribute: bool = False, chunk: int = 500) -> list[dict]:
+        """cells: {template, case, output} or {template, case, raised}; sent in chunks under the service limit."""
+        cells = list(cells)
+        results = []
+        for start in range(0, len(cells), chunk):
+            body = {"cells": cells[start:start + chunk], "attribute": attribute}
+            results.extend(self._call("POST", self._url("v1", "check", "batch"), json=body).json()["results"])
+        return results
+
+    # -- reference and identification ----------------------------------------------------------------------
+    def new_goldens(self, template: str, bos_token: Optional[str] = None, eos_token: Optional[str] = None,
+                    cases: Optional[list[str]] = None) -> dict:
+        body = {"template": template, "bos_token": bos_token, "eos_token": eos_token}
+        if cases:
+            body["cases"] = cases
+        return self._call("POST", self._url("v1", "goldens"), json=body, timeout=max(self.timeout, 180)).json()
+
+    def identify(self, template: Optional[str] = None, sha256: Optional[str] = None) -> dict:
+        body = {"template": template} if template is not None else {"sha256": sha256}
+        return self._call("POST", self._url("v1", "identify"), json=body).json()

@@ -1,0 +1,253 @@
+"""The divergence report: one JSON document (schema: conformance/schemas/report.schema.json) from which
+every other output (terminal, JUnit, Markdown, badges, HTML) is rendered, so shard reports can be merged
+and re-rendered anywhere.
+
+Rollups are kept as raw counts (cells, matches, diverged) so merging shards is a sum; conformance % is
+derived. Only cells that are not a plain expected pass are stored in full; passing cells are listed
+compactly per template (JUnit needs one test case per cell).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Iterable, Optional
+
+from ..check import DIVERGED, MATCH, PASSING, STATUSES, CellResult, summarize
+from ..expectations import (CHANGED, EXPECTED_FAIL, EXPECTED_PASS, FAILING_VERDICTS, UNEXPECTED_FAIL,
+                            UNEXPECTED_PASS, Expectations, verdict)
+
+REPORT_FORMAT = 1
+WINDOW = 600          # bytes of golden/output kept either side of the first difference
+MESSAGE_LIMIT = 2000
+OUTPUT_LIMIT = 4000   # non-diverged outputs (engine-rendered) kept in the report
+TEMPLATE_CONTEXT = 4  # template lines shown around an attributed line
+# Construct families left out of the per-construct matrix: template-specific names and plain text.
+SKIPPED_CONSTRUCT_FAMILIES = ("var:", "text:")
+
+
+def template_constructs(source: str) -> tuple[list, Optional[str]]:
+    """(construct names, problem): the evaluator's inventory, or why it is unavailable."""
+    try:
+        # The submodule, not the package attribute: importing runners.evaluator.inventory rebinds the
+        # package's `inventory` name to the submodule (the function and the module share a name).
+        from runners.evaluator.inventory import inventory
+    except Exception as exc:
+        return [], f"attribution unavailable: runners.evaluator cannot be imported ({exc})"
+    try:
+        names = inventory(source).names()
+    except Exception as exc:
+        return [], f"inventory unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+    return [n for n in names if not n.startswith(SKIPPED_CONSTRUCT_FAMILIES)], None
+
+
+def _bump(table: dict, key: str, result: CellResult) -> None:
+    row = table.setdefault(key, {"cells": 0, "matches": 0, "diverged": 0})
+    row["cells"] += 1
+    row["matches"] += result.status in PASSING
+    row["diverged"] += result.status == DIVERGED
+
+
+def _window(data: bytes, offset: int) -> dict:
+    start = max(0, offset - WINDOW)
+    return {"start": start, "before": data[start:offset].decode("utf-8", "backslashreplace"),
+            "after": data[offset:offset + WINDOW].decode("utf-8", "backslashreplace"),
+            "truncated_after": offset + WINDOW < len(data)}
+
+
+def _cell_record(result: CellResult, verdict_name: str, expectation, source: str, golden_data: Optional[bytes]) -> dict:
+    record = {"template": result.template_id, "case": result.case_id, "status": result.status,
+              "verdict": verdict_name}
+    if result.extra.get("fingerprint"):
+        record["fingerprint"] = result.extra["fingerprint"]
+    if result.message:
+        record["message"] = result.message[:MESSAGE_LIMIT]
+    if result.detail:
+        record["detail"] = result.detail[-MESSAGE_LIMIT:]
+    if expectation is not None:
+        record["expected"] = {"status": expectation.status, "fingerprint": expectation.fingerprint,
+                              "reason": expectation.reason, "link": expectation.link}
+    if result.divergence is not None:
+        record["divergence"] = result.divergence.to_dict()
+        record["description"] = result.divergence.describe()
+        offset = result.divergence.offset
+        if golden_data is not None:
+            record["golden_window"] = _window(golden_data, offset)
+        if result.output is not None:
+            from ..goldens import ENCODING_ERRORS
+
+            record["output_window"] = _window(result.output.encode("utf-8", ENCODING_ERRORS), offset)
+    elif result.output is not None:
+        record["output"] = result.output[:OUTPUT_LIMIT]
+    attribution = result.extra.get("attribution")
+    if attribution:
+        attribution = dict(attribution)
+        if "line" in attribution:
+            lines = source.splitlines()
+            first = max(1, attribution["line"] - TEMPLATE_CONTEXT)
+            attribution["context_first_line"] = first
+            attribution["context"] = [line[:400] for line in lines[first - 1:attribution["line"] + TEMPLATE_CONTEXT]]
+        record["attribution"] = attribution
+    return record
+
+
+def runner_section(runner_info: dict, results: list, expectations: Expectations, templates: dict,
+                   cases: dict, goldens_root=None) -> dict:
+    """Everything the report says about one runner. templates: id -> TemplateEntry; cases: id -> Case."""
+    from ..goldens import read_golden
+
+    features: dict = {}
+    constructs: dict = {}
+    construct_cache: dict = {}
+    notes = set()
+    cells, passed = [], defaultdict(list)
+    verdicts = Counter()
+    blamed = Counter()
+    blamed_lines = defaultdict(Counter)
+    for result in results:
+        expectation = expectations.get(result.template_id, result.case_id)
+        name = verdict(result, expectation)
+        verdicts[name] += 1
+        for tag in cases[result.case_id].features:
+            _bump(features, tag, result)
+        entry = templates[result.template_id]
+        if result.template_id not in construct_cache:
+            names, problem = template_constructs(entry.source())
+            if problem and problem.startswith("attribution unavailable"):
+                notes.add(problem)
+            construct_cache[result.template_id] = names or ["(no inventory)"]
+        for construct in construct_cache[result.template_id]:
+            _bump(constructs, construct, result)
+        if name == EXPECTED_PASS:
+            passed[result.template_id].append(result.case_id)
+            continue
+        golden_data = None
+        if result.divergence is not None:
+            golden = read_golden(result.template_id, result.case_id, goldens_root)
+            golden_data = golden.data if golden else None
+            attribution = result.extra.get("attribution") or {}
+            if "construct" in attribution:
+                blamed[attribution["construct"]] += 1
+                blamed_lines[attribution["construct"]][f"{result.template_id}:{attribution['line']}"] += 1
+            elif attribution.get("unavailable", "").startswith("attribution unavailable: runners.evaluator"):
+                notes.add(attribution["unavailable"])
+        cells.append(_cell_record(result, name, expectation, entry.source(), golden_data))
+    summary = summarize(results)
+    return {
+        "runner": runner_info,
+        "counts": summary["counts"],
+        "verdicts": {v: verdicts.get(v, 0) for v in (EXPECTED_PASS, EXPECTED_FAIL, UNEXPECTED_FAIL, CHANGED,
+                                                      UNEXPECTED_PASS)},
+        "expectations": {"file": str(expectations.path) if expectations.path else None,
+                         "known": len(expectations)},
+        "features": dict(sorted(features.items())),
+        "constructs": dict(sorted(constructs.items())),
+        "blamed_constructs": dict(blamed.most_common()),
+        "blamed_lines": {c: dict(lines.most_common(5)) for c, lines in blamed_lines.items()},
+        "notes": sorted(notes),
+        "cells": cells,
+        "passed": {t: sorted(c) for t, c in sorted(passed.items())},
+    }
+
+
+def build_report(sections: dict, selection: dict) -> dict:
+    report = {"format": REPORT_FORMAT, "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "selection": selection, "runners": sections}
+    return finalize(report)
+
+
+def finalize(report: dict) -> dict:
+    """Derived numbers (conformance %, totals) recomputed from counts: after a build and after a merge."""
+    unexpected = 0
+    for section in report["runners"].values():
+        counts = section["counts"]
+        total = sum(counts.values())
+        passed = sum(counts[s] for s in PASSING)
+        section["cells_total"] = total
+        section["conformance"] = round(100.0 * passed / total, 2) if total else None
+        for table in (section["features"], section["constructs"]):
+            for row in table.values():
+                row["conformance"] = round(100.0 * row["matches"] / row["cells"], 2) if row["cells"] else None
+        section["unexpected"] = sum(section["verdicts"][v] for v in FAILING_VERDICTS)
+        unexpected += section["unexpected"]
+    report["unexpected"] = unexpected
+    return report
+
+
+def merge_reports(reports: Iterable[dict]) -> dict:
+    """Combine shard reports (disjoint templates) into one: counts add up, cell lists concatenate."""
+    reports = list(reports)
+    if not reports:
+        raise ValueError("report merge: no input reports")
+    merged = {"format": REPORT_FORMAT, "generated": max(r["generated"] for r in reports),
+              "selection": dict(reports[0]["selection"], shard=None,
+                                merged_from=[r["selection"].get("shard") for r in reports]),
+              "runners": {}}
+    for report in reports:
+        if report.get("format") != REPORT_FORMAT:
+            raise ValueError(f"report merge: format {report.get('format')!r}, expected {REPORT_FORMAT}")
+        for name, section in report["runners"].items():
+            into = merged["runners"].setdefault(name, {
+                "runner": section["runner"], "counts": {s: 0 for s in STATUSES}, "verdicts": Counter(),
+                "expectations": section["expectations"], "features": {}, "constructs": {},
+                "blamed_constructs": Counter(), "blamed_lines": {}, "notes": [], "cells": [], "passed": {}})
+            for status, n in section["counts"].items():
+                into["counts"][status] += n
+            into["verdicts"].update(section["verdicts"])
+            for key in ("features", "constructs"):
+                for tag, row in section[key].items():
+                    target = into[key].setdefault(tag, {"cells": 0, "matches": 0, "diverged": 0})
+                    for field in ("cells", "matches", "diverged"):
+                        target[field] += row[field]
+            into["blamed_constructs"].update(section["blamed_constructs"])
+            for construct, lines in section["blamed_lines"].items():
+                into["blamed_lines"].setdefault(construct, Counter()).update(lines)
+            into["notes"] = sorted(set(into["notes"]) | set(section["notes"]))
+            into["cells"].extend(section["cells"])
+            overlap = into["passed"].keys() & section["passed"].keys()
+            if overlap:
+                raise ValueError(f"report merge: template {sorted(overlap)[0]} appears in two shards for {name}")
+            into["passed"].update(section["passed"])
+    for section in merged["runners"].values():
+        section["verdicts"] = dict(section["verdicts"])
+        section["blamed_constructs"] = dict(section["blamed_constructs"].most_common())
+        section["blamed_lines"] = {c: dict(Counter(l).most_common(5)) for c, l in section["blamed_lines"].items()}
+        section["features"] = dict(sorted(section["features"].items()))
+        section["constructs"] = dict(sorted(section["constructs"].items()))
+        section["passed"] = dict(sorted(section["passed"].items()))
+        section["cells"].sort(key=lambda c: (c["template"], c["case"]))
+    return finalize(merged)
+
+
+def load_report(path) -> dict:
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable JSON report: {exc}") from None
+
+
+def write_outputs(report: dict, json_path=None, junit_path=None, markdown_path=None, badges_dir=None,
+                  html_path=None) -> list:
+    """Write every requested output; returns the paths written."""
+    from . import html, render
+
+    written = []
+    if json_path:
+        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(json_path).write_text(json.dumps(report, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
+        written.append(Path(json_path))
+    if junit_path:
+        written.append(render.write_junit(report, Path(junit_path)))
+    if markdown_path:
+        Path(markdown_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(markdown_path).write_text(render.markdown(report), encoding="utf-8")
+        written.append(Path(markdown_path))
+    if badges_dir:
+        written.extend(render.write_badges(report, Path(badges_dir)))
+    if html_path:
+        Path(html_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(html_path).write_text(html.render_html(report), encoding="utf-8")
+        written.append(Path(html_path))
+    return written

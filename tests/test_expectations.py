@@ -1,0 +1,72 @@
+"""Expected-divergence baselines: verdicts, compact file format, selective updates, bad files."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance.check import CellResult
+from conformance.expectations import (CHANGED, EXPECTED_FAIL, EXPECTED_PASS, UNEXPECTED_FAIL, UNEXPECTED_PASS,
+                                      Expectation, ExpectationsError, explain, load_expectations,
+                                      update_expectations, verdict)
+
+
+def _result(template, case, status, fingerprint=None, message=""):
+    result = CellResult("engine-x", template, case, status, message=message)
+    result.extra["fingerprint"] = fingerprint
+    return result
+
+
+@pytest.mark.parametrize("status, fp, expectation, expected", [
+    ("match", None, None, EXPECTED_PASS),
+    ("both-raised", None, Expectation("engine-raised", "aa"), UNEXPECTED_PASS),
+    ("diverged", "aa", None, UNEXPECTED_FAIL),
+    ("diverged", "aa", Expectation("diverged", "aa"), EXPECTED_FAIL),
+    ("diverged", "bb", Expectation("diverged", "aa"), CHANGED),
+    ("engine-raised", "aa", Expectation("diverged", "aa"), CHANGED),
+    ("timeout", None, Expectation("timeout", None), EXPECTED_FAIL),
+])
+def test_verdicts(status, fp, expectation, expected):
+    assert verdict(_result("t", "c", status, fp), expectation) == expected
+
+
+def test_update_writes_compact_grouped_file_and_selection_keeps_the_rest(tmp_path):
+    results = [_result("t1", "a", "diverged", "0123456789abcdef"), _result("t1", "b", "match"),
+               _result("t2", "a", "skipped", "fedcba9876543210", "no documents")]
+    _, counts = update_expectations("engine-x", results, directory=tmp_path)
+    assert counts == {"added": 2, "removed": 0, "changed": 0, "total": 2}
+    text = (tmp_path / "engine-x.json").read_text()
+    data = json.loads(text)
+    assert data["cells"] == {"t1": {"a": "diverged:0123456789abcdef"}, "t2": {"a": "skipped:fedcba9876543210"}}
+    assert '"t1": {"a":"diverged:0123456789abcdef"}' in text  # one template per line
+    # Give t1 a hand-written reason; a selective update of t2 only must keep t1 and the rule.
+    data["rules"].insert(0, {"template": "t1", "reason": "minijinja escapes apostrophes", "link": "issue-1"})
+    (tmp_path / "engine-x.json").write_text(json.dumps(data))
+    _, counts = update_expectations("engine-x", [_result("t2", "a", "match")], selected={("t2", "a")},
+                                    directory=tmp_path)
+    assert counts["removed"] == 1 and counts["total"] == 1
+    loaded = load_expectations("engine-x", tmp_path)
+    assert loaded.cells == {"t1": {"a": "diverged:0123456789abcdef"}}
+    expectation = loaded.get("t1", "a")
+    assert (expectation.reason, expectation.link, expectation.fingerprint) == (
+        "minijinja escapes apostrophes", "issue-1", "0123456789abcdef")
+    message = explain(_result("t1", "a", "diverged", "1111111111111111"), expectation, CHANGED)
+    assert "the output changed" in message and "minijinja escapes apostrophes" in message
+
+
+def test_bad_files_name_the_file_and_the_problem(tmp_path):
+    path = tmp_path / "engine-x.json"
+    path.write_text("{not json")
+    with pytest.raises(ExpectationsError, match="engine-x.json: not readable JSON"):
+        load_expectations("engine-x", tmp_path)
+    path.write_text(json.dumps({"format": 1, "rules": [], "cells": {"t": {"c": "match"}}}))
+    with pytest.raises(ExpectationsError, match=r"engine-x.json: cells\['t'\]\['c'\] = 'match': status must be"):
+        load_expectations("engine-x", tmp_path)
+
+
+def test_reference_and_evaluator_cannot_have_expectations(tmp_path):
+    (tmp_path / "hf.json").write_text("{}")
+    with pytest.raises(ExpectationsError, match="hf must match every golden"):
+        load_expectations("hf", tmp_path)
+    with pytest.raises(ExpectationsError, match="evaluator must match every golden"):
+        update_expectations("evaluator", [], directory=tmp_path)

