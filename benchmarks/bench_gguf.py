@@ -30,6 +30,7 @@ def run(limit: int) -> dict:
         rows.append({"file": path.name, "bytes": path.stat().st_size, "read_header_ms": round(1000 * ours, 2),
                      "gguf_reader_ms": round(1000 * theirs, 2), "speedup": round(theirs / ours, 1) if ours else None,
                      "templates_agree": agree})
+        print(json.dumps(rows[-1]), file=sys.stderr)
     total_ours = sum(r["read_header_ms"] for r in rows)
     total_theirs = sum(r["gguf_reader_ms"] for r in rows)
     return {"files": len(rows), "read_header_ms": round(total_ours, 1), "gguf_reader_ms": round(total_theirs, 1),
@@ -38,7 +39,7 @@ def run(limit: int) -> dict:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--files", type=int, default=100)
+    parser.add_argument("--files", type=int, default=100, help="at most this many files (GGUFReader takes seconds per vocab file)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     text = json.dumps(run(args.files), indent=1)

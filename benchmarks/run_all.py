@@ -86,6 +86,7 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", type=int, default=None, help="first N cases")
     parser.add_argument("--runners", default="hf,minijinja,hfjs,evaluator")
     parser.add_argument("--set", choices=("llamacpp", "full"), default="llamacpp")
+    parser.add_argument("--gguf-files", type=int, default=4, help="GGUF files to read (GGUFReader: seconds each)")
     parser.add_argument("--only", action="append", help="run only these benchmark scripts")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--out", default=str(HERE / "results.json"))
@@ -95,7 +96,7 @@ def main(argv=None) -> int:
              (["--cases", str(args.cases)] if args.cases else [])
     plan = {
         "bench_matrix.py": [*limits, "--runners", args.runners, "--set", args.set],
-        "bench_gguf.py": [],
+        "bench_gguf.py": ["--files", str(args.gguf_files)],
         "bench_cold_start.py": ["--runners", args.runners],
     }
     for name in OPTIONAL:

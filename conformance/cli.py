@@ -238,6 +238,12 @@ def cmd_goldens_orphans(args) -> int:
     return EXIT_FAIL if orphans else EXIT_OK
 
 
+def cmd_harness_validate(args) -> int:
+    from runners.protocol.validate import main as validate_main
+
+    return validate_main(args.rest)
+
+
 # --- parser -------------------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -297,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_goldens_update)
     p = goldens.add_parser("orphans", help="list goldens that no (template, case) pair produces")
     p.set_defaults(func=cmd_goldens_orphans)
+
+    harness = sub.add_parser("harness", help="engine harnesses speaking the protocol (runners/protocol)").add_subparsers(
+        dest="harness_command", metavar="ACTION", required=True)
+    p = harness.add_parser("validate", help="drive a harness with probe renders and check every message against the schemas",
+                           description="chatgold harness validate [--timeout S] -- <harness argv...>")
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="-- ARGV", help="options, then -- and the harness command line")
+    p.set_defaults(func=cmd_harness_validate)
 
     for name in EXTENSION_MODULES:
         importlib.import_module(name).register(sub)

@@ -9,9 +9,7 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import json
-import os
 import re
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
@@ -23,6 +21,7 @@ import jinja2.nodes
 from runners.gguf_header import GGUFHeaderError, read_header
 
 from . import repo_root
+from .goldens import atomic_write
 from .sources import Candidate, all_sources, source_root
 
 MANIFEST_FORMAT = 1
@@ -123,19 +122,6 @@ def make_id(name: str) -> str:
     return (slug or "template")[:80]
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def _family_table(root: Path) -> dict:
     path = root / "families.json"
     if not path.exists():
@@ -212,7 +198,7 @@ def write_corpus(entries: list[TemplateEntry], sources: dict, texts: dict[str, b
     for entry in entries:
         path = root / entry.file
         if not path.exists() or path.read_bytes() != texts[entry.sha256]:
-            _atomic_write(path, texts[entry.sha256])
+            atomic_write(path, texts[entry.sha256])
     if prune:
         keep = {e.file for e in entries}
         for stale in root.glob("*.jinja"):
@@ -220,7 +206,7 @@ def write_corpus(entries: list[TemplateEntry], sources: dict, texts: dict[str, b
                 stale.unlink()
     manifest = {"format": MANIFEST_FORMAT, "sources": dict(sorted(sources.items())),
                 "templates": [e.to_dict() for e in entries]}
-    _atomic_write(manifest_path(root), (json.dumps(manifest, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
+    atomic_write(manifest_path(root), (json.dumps(manifest, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
 
 
 def build_corpus(root: Optional[Path] = None, progress=print) -> Corpus:

@@ -25,6 +25,9 @@ EXPECTATIONS_DIR = Path(__file__).resolve().parent / "expectations"
 # Tests and experiments point the gate at another baseline directory without touching the committed one.
 EXPECTATIONS_DIR_ENV = "CHATGOLD_EXPECTATIONS_DIR"
 FORMAT = 1
+# A template's "*" entry covers every case not listed: written only when every case of the template is a
+# known non-match (an engine that skips or refuses a whole template), which keeps such baselines tiny.
+TEMPLATE_DEFAULT = "*"
 # Engines that must match everything: no baseline may excuse them.
 STRICT_RUNNERS = frozenset({"hf", "evaluator"})
 
@@ -57,7 +60,8 @@ class Expectations:
     path: Optional[Path] = None
 
     def get(self, template_id: str, case_id: str) -> Optional[Expectation]:
-        value = self.cells.get(template_id, {}).get(case_id)
+        cases = self.cells.get(template_id, {})
+        value = cases.get(case_id, cases.get(TEMPLATE_DEFAULT))
         if value is None:
             return None
         status, _, fp = value.partition(":")
@@ -74,6 +78,17 @@ class Expectations:
 
     def __len__(self) -> int:
         return sum(len(cases) for cases in self.cells.values())
+
+    def expanded(self, case_ids: Iterable[str]) -> dict:
+        """cells with every "*" default spelled out over `case_ids`."""
+        out = {}
+        for template_id, cases in self.cells.items():
+            default = cases.get(TEMPLATE_DEFAULT)
+            explicit = {c: v for c, v in cases.items() if c != TEMPLATE_DEFAULT}
+            if default is not None:
+                explicit = {**{c: default for c in case_ids}, **explicit}
+            out[template_id] = explicit
+        return out
 
 
 def runner_file_name(runner_name: str) -> str:
@@ -114,6 +129,8 @@ def _parse(data, path: Path, runner_name: str) -> Expectations:
         if not isinstance(cases, dict):
             raise ExpectationsError(f"{path}: cells[{template_id!r}] must map case ids to \"status[:fingerprint]\"")
         for case_id, value in cases.items():
+            if not isinstance(case_id, str):
+                raise ExpectationsError(f"{path}: cells[{template_id!r}]: case ids must be strings")
             status = value.partition(":")[0] if isinstance(value, str) else None
             if status not in STATUSES or status in PASSING:
                 raise ExpectationsError(f"{path}: cells[{template_id!r}][{case_id!r}] = {value!r}: status must be "
@@ -182,8 +199,12 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
     explains it. Returns the new baseline and counts of added/removed/changed cells."""
     if runner_name in STRICT_RUNNERS:
         raise ExpectationsError(f"{runner_name} must match every golden; it has no expectations to update")
+    from .cases import load_cases
+
+    case_ids = [c.id for c in load_cases()]
     old = load_expectations(runner_name, directory)
-    cells = {} if selected is None else {t: dict(c) for t, c in old.cells.items()}
+    old_cells = old.expanded(case_ids)
+    cells = {} if selected is None else {t: dict(c) for t, c in old_cells.items()}
     if selected is not None:
         for template_id, case_id in selected:
             cells.get(template_id, {}).pop(case_id, None)
@@ -193,6 +214,9 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
         fp = result.extra.get("fingerprint")
         cells.setdefault(result.template_id, {})[result.case_id] = result.status + (f":{fp}" if fp else "")
     cells = {t: dict(sorted(c.items())) for t, c in sorted(cells.items()) if c}
+    before = {(t, c): v for t, cs in old_cells.items() for c, v in cs.items()}
+    after = {(t, c): v for t, cs in cells.items() for c, v in cs.items()}
+    cells = compact_cells(cells, case_ids)
     rules = list(old.rules)
     used = {v.partition(":")[0] for c in cells.values() for v in c.values()}
     for status in sorted(used):
@@ -200,12 +224,25 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
             rules.append({"template": "*", "case": "*", "status": status,
                           "reason": f"{DEFAULT_REASONS[status]} (recorded by `chatgold expectations update`)"})
     new = Expectations(runner_name, cells, rules, expectations_path(runner_name, directory))
-    before = {(t, c): v for t, cs in old.cells.items() for c, v in cs.items()}
-    after = {(t, c): v for t, cs in cells.items() for c, v in cs.items()}
     counts = {"added": len(after.keys() - before.keys()), "removed": len(before.keys() - after.keys()),
               "changed": sum(1 for k in after.keys() & before.keys() if after[k] != before[k]), "total": len(after)}
     write_expectations(new)
     return new, counts
+
+
+def compact_cells(cells: dict, case_ids: list) -> dict:
+    """Replace a template's most common value by a "*" default when every case of it is listed."""
+    from collections import Counter
+
+    out = {}
+    wanted = set(case_ids)
+    for template_id, cases in cells.items():
+        if wanted and wanted <= cases.keys() and len(cases) > 1:
+            value, count = Counter(cases[c] for c in wanted).most_common(1)[0]
+            if count > 1:
+                cases = {TEMPLATE_DEFAULT: value, **{c: v for c, v in cases.items() if c not in wanted or v != value}}
+        out[template_id] = cases
+    return out
 
 
 def write_expectations(expectations: Expectations) -> Path:

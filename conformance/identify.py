@@ -37,8 +37,10 @@ class Finding:
 def runner_results(report: Optional[dict]) -> dict:
     """template id -> runner -> {cells, passed, conformance} from a JSON report's per-cell results.
 
-    Understands a report holding cell records ({"runner", "template", "status"}) under "results" or "cells",
-    either at the top level or per runner under "runners"; anything else yields {} (no numbers shown)."""
+    Reads the JSON report (schemas/report.schema.json): per runner under "runners", the listed "cells"
+    (records with "template" and "status") plus "passed" ({template: [case ids]} of cells left out of "cells"
+    because they pass as expected). Flat cell records ({"runner", "template", "status"}) under a top-level
+    "results" or "cells" are read too. Anything else yields {} (no numbers shown)."""
     if not isinstance(report, dict):
         return {}
     records = []
@@ -53,6 +55,12 @@ def runner_results(report: Optional[dict]) -> dict:
                     for item in body.get(key) or []:
                         if isinstance(item, dict):
                             records.append({"runner": name, **item})
+                passed = body.get("passed")
+                if isinstance(passed, dict):
+                    for template, case_ids in passed.items():
+                        for case_id in case_ids if isinstance(case_ids, list) else []:
+                            records.append({"runner": name, "template": template, "case": case_id,
+                                            "status": "match"})
     table: dict = {}
     for item in records:
         if not isinstance(item, dict) or not {"runner", "template", "status"} <= item.keys():

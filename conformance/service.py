@@ -35,6 +35,7 @@ MAX_OUTPUT_CHARS = 4 * 1024 * 1024
 MAX_BATCH_CELLS = 1000
 GOLDENS_CELL_SECONDS = 10.0
 GOLDENS_TOTAL_SECONDS = 120.0
+GOLDENS_QUEUE_SECONDS = 30.0   # how long a reference request waits for the (single, warm) reference process
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,199}$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 _ID_RE = re.compile(ID_PATTERN)
@@ -230,6 +231,9 @@ class State:
         self.reference = {k: str(v) for k, v in read_meta().items()}
         self._runner = None
         self._runner_lock = threading.Lock()
+        # One reference request at a time: the warm harness renders serially, and waiting requests would
+        # otherwise pile up in the server's thread pool.
+        self.reference_slot = threading.BoundedSemaphore(1)
         self._constructs: dict[str, Any] = {}
 
     def template(self, template_id: str) -> TemplateEntry:
@@ -331,6 +335,7 @@ def _attribution(template_id: str, case_id: str, offset: int, state: State) -> d
 # --- app ----------------------------------------------------------------------------------------------------
 
 _ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 413: {"model": ErrorBody}}
+_BUSY = {503: {"model": ErrorBody, "description": "The reference is busy; retry after Retry-After seconds"}}
 
 
 class BodyLimit:
@@ -477,7 +482,7 @@ def create_app(state: Optional[State] = None) -> FastAPI:
         return {"results": results, "summary": {"cells": len(results), "passed": passed, "counts": counts,
                                                  "conformance": round(100.0 * passed / len(results), 2)}}
 
-    @app.post("/v1/goldens", response_model=GoldensResult, responses=_ERRORS, tags=["reference"])
+    @app.post("/v1/goldens", response_model=GoldensResult, responses={**_ERRORS, **_BUSY}, tags=["reference"])
     def new_goldens(body: GoldensRequest):
         state = st()
         data = body.template.encode("utf-8", ENCODING_ERRORS)
@@ -487,6 +492,16 @@ def create_app(state: Optional[State] = None) -> FastAPI:
                  if not body.cases or any(fnmatch.fnmatchcase(c.id, p) for p in body.cases)]
         if not cases:
             raise HTTPException(400, f"no case matches {body.cases!r} (GET /v1/cases lists them)")
+        if not state.reference_slot.acquire(timeout=GOLDENS_QUEUE_SECONDS):
+            raise HTTPException(503, f"the reference is busy with another template for over "
+                                     f"{GOLDENS_QUEUE_SECONDS:.0f} s; retry later", headers={"Retry-After": "30"})
+        try:
+            return _render_goldens(state, body, cases)
+        finally:
+            state.reference_slot.release()
+
+    def _render_goldens(state: State, body: GoldensRequest, cases: list) -> dict:
+        data = body.template.encode("utf-8", ENCODING_ERRORS)
         runner = state.runner()
         deadline = time.monotonic() + GOLDENS_TOTAL_SECONDS
         goldens, complete = [], True

@@ -17,14 +17,17 @@ from runners import Errored, RenderRequest, Rendered, get_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = [{"role": "user", "content": "hello"}]
-NORMAL = "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
-# Long enough in every engine that a kill lands while this cell renders.
-SLOW = "{% for i in range(3000) %}{% for j in range(3000) %}{% endfor %}{% endfor %}done"
+# One template for every cell, so an engine that keeps a server per template reuses it. It is slow only for
+# the message "slowdown" (long enough in every engine for a kill to land mid-render): llama-server renders
+# the template once at start-up with its own messages, which must stay fast.
+TEMPLATE = ("{% if messages[0].content == 'slowdown' %}{% for i in range(3000) %}{% for j in range(3000) %}"
+            "{% endfor %}{% endfor %}{% endif %}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}")
 
 
 def _requests() -> list[RenderRequest]:
-    normal = [RenderRequest(template=NORMAL, messages=MESSAGES, template_id=f"n{i}", case_id="c") for i in range(6)]
-    slow = RenderRequest(template=SLOW, messages=MESSAGES, template_id="slow", case_id="c")
+    normal = [RenderRequest(template=TEMPLATE, messages=MESSAGES, template_id=f"n{i}", case_id="c") for i in range(6)]
+    slow = RenderRequest(template=TEMPLATE, messages=[{"role": "user", "content": "slowdown"}], template_id="slow",
+                         case_id="c")
     return normal[:3] + [slow] + normal[3:]
 
 

@@ -70,3 +70,26 @@ def test_reference_and_evaluator_cannot_have_expectations(tmp_path):
         load_expectations("hf", tmp_path)
     with pytest.raises(ExpectationsError, match="evaluator must match every golden"):
         update_expectations("evaluator", [], directory=tmp_path)
+
+
+def test_a_template_failing_every_case_is_stored_as_a_default(tmp_path):
+    from conformance.cases import load_cases
+
+    case_ids = [c.id for c in load_cases()]
+    results = [_result("t3", c, "skipped", "aaaaaaaaaaaaaaaa", "no support") for c in case_ids[1:]]
+    results.append(_result("t3", case_ids[0], "engine-raised", "bbbbbbbbbbbbbbbb"))
+    results.append(_result("t4", case_ids[0], "diverged", "cccccccccccccccc"))  # not every case: no default
+    update_expectations("engine-x", results, directory=tmp_path)
+    data = json.loads((tmp_path / "engine-x.json").read_text())
+    assert data["cells"]["t3"] == {"*": "skipped:aaaaaaaaaaaaaaaa", case_ids[0]: "engine-raised:bbbbbbbbbbbbbbbb"}
+    assert data["cells"]["t4"] == {case_ids[0]: "diverged:cccccccccccccccc"}
+    loaded = load_expectations("engine-x", tmp_path)
+    assert loaded.get("t3", case_ids[5]).status == "skipped"
+    assert loaded.get("t3", case_ids[0]).status == "engine-raised"
+    assert loaded.get("t4", case_ids[5]) is None
+    # A selective update of one case now passing expands the default and keeps every other case.
+    _, counts = update_expectations("engine-x", [_result("t3", case_ids[5], "match")],
+                                    selected={("t3", case_ids[5])}, directory=tmp_path)
+    assert counts["removed"] == 1 and counts["added"] == 0
+    loaded = load_expectations("engine-x", tmp_path)
+    assert loaded.get("t3", case_ids[5]) is None and loaded.get("t3", case_ids[6]).status == "skipped"

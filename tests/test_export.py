@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import jsonschema
-import pytest
 
 from conformance import repo_root
 from conformance.cases import load_cases, select_cases

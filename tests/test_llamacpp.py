@@ -86,12 +86,22 @@ def test_missing_bos_renders_as_empty_string(runner):
 
 
 def test_raise_exception_is_raised_with_its_message(runner):
-    template = ("{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+    template = ("{% if messages[-1].content == 'forbidden' %}{{ raise_exception('Forbidden content') }}{% endif %}"
                 "{% for m in messages %}{{ m.content }}{% endfor %}")
-    outcome = runner.render(req(template, [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]))
+    outcome = runner.render(req(template, [{"role": "user", "content": "forbidden"}]))
     assert isinstance(outcome, Raised), outcome
-    assert "System role not supported" in outcome.message
+    assert "Forbidden content" in outcome.message
     assert runner.render(req(template, [{"role": "user", "content": "u"}])) == Rendered("u")
+
+
+def test_known_difference_system_merged_where_template_has_no_system_role(runner):
+    # docs/llamacpp.md: llama.cpp folds the system message into the next one instead of showing it to the
+    # template; the reference lets the template see (and here refuse) the system role.
+    template = ("{% if messages[0].role == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+                "{% for m in messages %}{{ m.role }}:{{ m.content }};{% endfor %}")
+    request = req(template, [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}])
+    assert isinstance(HFRenderer().render(request), Raised)
+    assert runner.render(request) == Rendered("user:s\nu;")
 
 
 def test_template_the_server_refuses_at_start_raises_for_every_cell(runner):
@@ -250,3 +260,10 @@ def test_servers_stop_when_the_process_is_signalled(llama_server_binary, signum)
     finally:
         child.kill()
         child.wait()
+
+
+def test_cli_engines_build_reports_the_cached_binary(llama_server_binary, capsys):
+    from conformance.cli import main
+
+    assert main(["engines", "build", "llama.cpp"]) == 0
+    assert capsys.readouterr().out.strip() == str(llama_server_binary)

@@ -94,7 +94,7 @@ def test_shards_merge_into_the_unsharded_report(outputs):
     assert merge_status == status
     for name in whole["runners"]:
         a, b = whole["runners"][name], merged["runners"][name]
-        for key in ("counts", "verdicts", "features", "constructs", "blamed_constructs", "passed", "conformance"):
+        for key in ("counts", "verdicts", "features", "constructs", "blamed_constructs", "passed", "known", "conformance"):
             assert a[key] == b[key], (name, key)
         assert sorted((c["template"], c["case"]) for c in a["cells"]) == [(c["template"], c["case"]) for c in b["cells"]]
     assert (out / "merged.html").stat().st_size > 0

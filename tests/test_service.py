@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import requests
@@ -74,6 +73,11 @@ def test_templates_and_template_detail(server, corpus):
     assert detail["source"] == entry.source()
     assert detail["sha256"] == hashlib.sha256(entry.source_bytes()).hexdigest()
     assert (detail["bos_token"], detail["eos_token"], detail["family"]) == (entry.bos_token, entry.eos_token, entry.family)
+    if detail["capabilities"] is None:
+        assert any("capabilities" in n for n in detail["notes"]) or not (
+            repo_root() / "goldens" / TEMPLATE / "capabilities.json").exists()
+    else:
+        assert detail["capabilities"]["format"] == 1
     if detail["constructs"] is None:
         assert any("constructs unavailable" in n for n in detail["notes"])
     else:
@@ -202,6 +206,16 @@ def test_new_goldens_come_from_the_reference(server, corpus):
     with pytest.raises(ServiceError) as caught:
         client.new_goldens("x", cases=["no-such-case*"])
     assert caught.value.status == 400
+
+
+def test_a_hanging_template_is_cut_off_and_the_service_keeps_working(server):
+    hang = "{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}done"
+    started = time.monotonic()
+    made = ServiceClient(server).new_goldens(hang, cases=[RENDERED_CASE])
+    assert time.monotonic() - started < 60
+    assert not made["complete"] and made["goldens"][0]["kind"] == "errored"
+    again = ServiceClient(server).new_goldens("ok", cases=[RENDERED_CASE])
+    assert again["complete"] and again["goldens"][0] == {"case": RENDERED_CASE, "kind": "rendered", "text": "ok"}
 
 
 def test_client_read_methods(server):

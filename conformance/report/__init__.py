@@ -3,8 +3,9 @@ every other output (terminal, JUnit, Markdown, badges, HTML) is rendered, so sha
 and re-rendered anywhere.
 
 Rollups are kept as raw counts (cells, matches, diverged) so merging shards is a sum; conformance % is
-derived. Only cells that are not a plain expected pass are stored in full; passing cells are listed
-compactly per template (JUnit needs one test case per cell).
+derived. Unexpected outcomes and up to FULL_RECORD_BUDGET known divergences are stored in full (`cells`);
+passing cells and the other known divergences are listed compactly per template (`passed`, `known`:
+JUnit needs one test case per cell).
 """
 from __future__ import annotations
 
@@ -19,10 +20,14 @@ from ..expectations import (CHANGED, EXPECTED_FAIL, EXPECTED_PASS, FAILING_VERDI
                             UNEXPECTED_PASS, Expectations, verdict)
 
 REPORT_FORMAT = 1
-WINDOW = 600          # bytes of golden/output kept either side of the first difference
+WINDOW = 300          # bytes of golden/output kept either side of the first difference
 MESSAGE_LIMIT = 2000
+# Known divergences get full records (windows, template context) only up to this many per runner and
+# report: the HTML drill-down shows no more, and 84k cells x several runners must stay a sane JSON size.
+# Unexpected outcomes always get full records.
+FULL_RECORD_BUDGET = 200
 OUTPUT_LIMIT = 4000   # non-diverged outputs (engine-rendered) kept in the report
-TEMPLATE_CONTEXT = 4  # template lines shown around an attributed line
+TEMPLATE_CONTEXT = 3  # template lines shown around an attributed line
 # Construct families left out of the per-construct matrix: template-specific names and plain text.
 SKIPPED_CONSTRUCT_FAMILIES = ("var:", "text:")
 
@@ -66,8 +71,11 @@ def _cell_record(result: CellResult, verdict_name: str, expectation, source: str
     if result.detail:
         record["detail"] = result.detail[-MESSAGE_LIMIT:]
     if expectation is not None:
-        record["expected"] = {"status": expectation.status, "fingerprint": expectation.fingerprint,
-                              "reason": expectation.reason, "link": expectation.link}
+        record["expected"] = {"status": expectation.status, "reason": expectation.reason}
+        if expectation.fingerprint:
+            record["expected"]["fingerprint"] = expectation.fingerprint
+        if expectation.link:
+            record["expected"]["link"] = expectation.link
     if result.divergence is not None:
         record["divergence"] = result.divergence.to_dict()
         record["description"] = result.divergence.describe()
@@ -87,9 +95,18 @@ def _cell_record(result: CellResult, verdict_name: str, expectation, source: str
             lines = source.splitlines()
             first = max(1, attribution["line"] - TEMPLATE_CONTEXT)
             attribution["context_first_line"] = first
-            attribution["context"] = [line[:400] for line in lines[first - 1:attribution["line"] + TEMPLATE_CONTEXT]]
+            attribution["context"] = [line[:240] for line in lines[first - 1:attribution["line"] + TEMPLATE_CONTEXT]]
         record["attribution"] = attribution
     return record
+
+
+def _blame(result: CellResult, blamed: Counter, blamed_lines: dict, notes: set) -> None:
+    attribution = result.extra.get("attribution") or {}
+    if "construct" in attribution:
+        blamed[attribution["construct"]] += 1
+        blamed_lines[attribution["construct"]][f"{result.template_id}:{attribution['line']}"] += 1
+    elif attribution.get("unavailable", "").startswith("attribution unavailable: runners.evaluator"):
+        notes.add(attribution["unavailable"])
 
 
 def runner_section(runner_info: dict, results: list, expectations: Expectations, templates: dict,
@@ -105,6 +122,8 @@ def runner_section(runner_info: dict, results: list, expectations: Expectations,
     verdicts = Counter()
     blamed = Counter()
     blamed_lines = defaultdict(Counter)
+    full_budget = FULL_RECORD_BUDGET
+    known = defaultdict(dict)  # known divergences outside the budget, as "status[:fingerprint]"
     for result in results:
         expectation = expectations.get(result.template_id, result.case_id)
         name = verdict(result, expectation)
@@ -122,16 +141,18 @@ def runner_section(runner_info: dict, results: list, expectations: Expectations,
         if name == EXPECTED_PASS:
             passed[result.template_id].append(result.case_id)
             continue
+        if name == EXPECTED_FAIL:
+            if result.status != DIVERGED or full_budget <= 0:
+                fp = result.extra.get("fingerprint")
+                known[result.template_id][result.case_id] = result.status + (f":{fp}" if fp else "")
+                _blame(result, blamed, blamed_lines, notes)
+                continue
+            full_budget -= 1
         golden_data = None
         if result.divergence is not None:
             golden = read_golden(result.template_id, result.case_id, goldens_root)
             golden_data = golden.data if golden else None
-            attribution = result.extra.get("attribution") or {}
-            if "construct" in attribution:
-                blamed[attribution["construct"]] += 1
-                blamed_lines[attribution["construct"]][f"{result.template_id}:{attribution['line']}"] += 1
-            elif attribution.get("unavailable", "").startswith("attribution unavailable: runners.evaluator"):
-                notes.add(attribution["unavailable"])
+        _blame(result, blamed, blamed_lines, notes)
         cells.append(_cell_record(result, name, expectation, entry.source(), golden_data))
     summary = summarize(results)
     return {
@@ -146,8 +167,10 @@ def runner_section(runner_info: dict, results: list, expectations: Expectations,
         "blamed_constructs": dict(blamed.most_common()),
         "blamed_lines": {c: dict(lines.most_common(5)) for c, lines in blamed_lines.items()},
         "notes": sorted(notes),
+        "rules": list(expectations.rules),
         "cells": cells,
         "passed": {t: sorted(c) for t, c in sorted(passed.items())},
+        "known": {t: dict(sorted(c.items())) for t, c in sorted(known.items())},
     }
 
 
@@ -191,7 +214,8 @@ def merge_reports(reports: Iterable[dict]) -> dict:
             into = merged["runners"].setdefault(name, {
                 "runner": section["runner"], "counts": {s: 0 for s in STATUSES}, "verdicts": Counter(),
                 "expectations": section["expectations"], "features": {}, "constructs": {},
-                "blamed_constructs": Counter(), "blamed_lines": {}, "notes": [], "cells": [], "passed": {}})
+                "blamed_constructs": Counter(), "blamed_lines": {}, "notes": [], "rules": section.get("rules", []),
+                "cells": [], "passed": {}, "known": {}})
             for status, n in section["counts"].items():
                 into["counts"][status] += n
             into["verdicts"].update(section["verdicts"])
@@ -209,6 +233,7 @@ def merge_reports(reports: Iterable[dict]) -> dict:
             if overlap:
                 raise ValueError(f"report merge: template {sorted(overlap)[0]} appears in two shards for {name}")
             into["passed"].update(section["passed"])
+            into["known"].update(section.get("known", {}))
     for section in merged["runners"].values():
         section["verdicts"] = dict(section["verdicts"])
         section["blamed_constructs"] = dict(section["blamed_constructs"].most_common())
@@ -216,6 +241,7 @@ def merge_reports(reports: Iterable[dict]) -> dict:
         section["features"] = dict(sorted(section["features"].items()))
         section["constructs"] = dict(sorted(section["constructs"].items()))
         section["passed"] = dict(sorted(section["passed"].items()))
+        section["known"] = dict(sorted(section["known"].items()))
         section["cells"].sort(key=lambda c: (c["template"], c["case"]))
     return finalize(merged)
 

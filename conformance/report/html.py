@@ -110,7 +110,9 @@ def _template_excerpt(attribution: dict) -> str:
 
 def _drilldown(name: str, section: dict) -> str:
     diverged = [c for c in section["cells"] if c["status"] == "diverged"]
-    diverged.sort(key=lambda c: (c["verdict"] not in (UNEXPECTED_FAIL, CHANGED), c["template"], c["case"]))
+    # unexpected first, then cells the JSON kept in full (known divergences beyond its budget are lean)
+    diverged.sort(key=lambda c: (c["verdict"] not in (UNEXPECTED_FAIL, CHANGED), "golden_window" not in c,
+                                 c["template"], c["case"]))
     parts = [f'<h3 id="runner-{escape(name)}">{escape(name)}: {len(diverged)} diverged cell(s)</h3>']
     if len(diverged) > MAX_DRILLDOWN:
         parts.append(f'<p class="note">showing the first {MAX_DRILLDOWN} of {len(diverged)} diverged cells '

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from ..expectations import CHANGED, UNEXPECTED_FAIL, UNEXPECTED_PASS
+from ..expectations import CHANGED, UNEXPECTED_FAIL, UNEXPECTED_PASS, Expectations
 
 TOP = 10
 
@@ -91,6 +91,7 @@ def write_junit(report: dict, path: Path) -> Path:
     with open(path, "w", encoding="utf-8") as fh:
         fh.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="chatgold">\n')
         for name, s in report["runners"].items():
+            rules = Expectations(name, rules=s.get("rules", []))
             failures = s["unexpected"]
             skipped = s["verdicts"].get("expected-fail", 0)
             fh.write(f'  <testsuite name={quoteattr("chatgold." + name)} tests="{s["cells_total"]}" '
@@ -98,6 +99,12 @@ def write_junit(report: dict, path: Path) -> Path:
             for template, cases in s["passed"].items():
                 for case in cases:
                     fh.write(f'    <testcase classname={quoteattr(f"{name}.{template}")} name={quoteattr(case)}/>\n')
+            for template, cases in s.get("known", {}).items():
+                for case, value in cases.items():
+                    status = value.partition(":")[0]
+                    reason = rules.reason_for(template, case, status)[0] or "known divergence"
+                    fh.write(f'    <testcase classname={quoteattr(f"{name}.{template}")} name={quoteattr(case)}>'
+                             f'<skipped message={quoteattr(_xml_safe(status + ": " + reason))}/></testcase>\n')
             for cell in s["cells"]:
                 fh.write(f'    <testcase classname={quoteattr(name + "." + cell["template"])} name={quoteattr(cell["case"])}>')
                 text = cell.get("description") or cell.get("message") or ""
@@ -105,7 +112,8 @@ def write_junit(report: dict, path: Path) -> Path:
                     summary = f"{cell['status']}" + (f" (expected {cell['expected']['status']})" if cell.get("expected") else " (new)")
                     fh.write(f'<failure message={quoteattr(summary)}>{escape(_xml_safe(text))}</failure>')
                 elif cell["verdict"] == "expected-fail":
-                    reason = (cell.get("expected") or {}).get("reason") or "known divergence"
+                    reason = ((cell.get("expected") or {}).get("reason") or rules.reason_for(
+                        cell["template"], cell["case"], cell["status"])[0] or "known divergence")
                     fh.write(f'<skipped message={quoteattr(_xml_safe(cell["status"] + ": " + reason))}/>')
                 elif cell["verdict"] == UNEXPECTED_PASS:
                     fh.write(f'<system-out>{escape("now passes; expected " + cell["expected"]["status"])}</system-out>')

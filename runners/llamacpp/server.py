@@ -14,6 +14,7 @@ from typing import Optional
 from .clock import clock_env, write_stamp
 
 LOG_TAIL = 4000
+LOG_RECORD = re.compile(r"^(?:\d+\.\d+\.\d+\.\d+ )?([IWEDT]) ")  # [time] level
 LISTENING = re.compile(rb"listening on http://127\.0\.0\.1:(\d+)")
 # Lines in the server log that say the chat template itself was rejected at start-up.
 TEMPLATE_FAILURE_MARKERS = (
@@ -124,13 +125,21 @@ class LlamaServer:
 
     @staticmethod
     def failure_reason(log: bytes) -> str:
-        """The most telling error line of a failed start (the first error about the template, else the last)."""
-        lines = [line.strip() for line in log.decode("utf-8", "replace").splitlines() if line.strip()]
-        errors = [line for line in lines if "error" in line.lower() or "exception" in line.lower()]
-        for line in errors:
-            if any(marker.decode() in line.lower() for marker in TEMPLATE_FAILURE_MARKERS):
-                return line
-        return errors[-1] if errors else (lines[-1] if lines else "no output")
+        """The most telling error of a failed start: the first about the template, else the last error."""
+        records: list = []  # log records; an error's details continue on lines without the record prefix
+        for line in log.decode("utf-8", "replace").splitlines():
+            match = LOG_RECORD.match(line)
+            if match:
+                records.append([match.group(1), line[match.end():].strip()])
+            elif records and line.strip():
+                records[-1][1] += "\n" + line.rstrip()
+        errors = [text for level, text in records if level == "E"]
+        for text in errors:
+            if any(marker.decode() in text.lower() for marker in TEMPLATE_FAILURE_MARKERS):
+                return text
+        if errors:
+            return errors[-1]
+        return records[-1][1] if records else "no output"
 
     def log_bytes(self) -> bytes:
         try:
