@@ -51,7 +51,9 @@ def cmd_corpus_list(args) -> int:
         sys.stdout.write("\n")
         return EXIT_OK
     if args.constructs:
-        from runners.evaluator import inventory
+        from .corpus import load_constructs
+
+        construct_table = load_constructs(corpus.root)
     if args.capabilities:
         from .capabilities import load_capabilities
     for entry in entries:
@@ -63,7 +65,7 @@ def cmd_corpus_list(args) -> int:
         print(f"    from {origin['source']}: {where}{more}")
         print(f"    bos={entry.bos_token!r} ({entry.bos_source})  eos={entry.eos_token!r} ({entry.eos_source})")
         if args.constructs:
-            names = sorted({c.name for c in inventory(entry.source())})
+            names = construct_table.get(entry.sha256, ["(not recorded: run `chatgold corpus build`)"])
             print(f"    constructs: {', '.join(names)}")
         if args.capabilities:
             caps = load_capabilities(entry.id)

@@ -43,16 +43,43 @@ def section_for(runner_name: str, runner_info: dict, cells: list, outcomes, prog
 
 
 def render_and_check(spec: str, cells: list, workers: int, progress=None, attribute=True, expectations_dir=None):
+    section, results, _ = run_runner(spec, cells, workers, progress, attribute, expectations_dir)
+    return section, results
+
+
+def run_runner(spec: str, cells: list, workers: int, progress=None, attribute=True, expectations_dir=None,
+               service_client=None, agreement_templates=None):
+    """(section, results, capability agreement or None) for one runner over `cells`.
+
+    service_client: judge each rendered cell through a `chatgold serve` instead of the local goldens.
+    agreement_templates: when the runner is llama.cpp, also compute its capability agreement over these
+    templates while its servers are still up."""
     from runners import get_runner
 
+    from .report import capability_agreement, runner_section, supports_capability_agreement
+
     runner = get_runner(spec, workers=workers)
+    agreement = None
     try:
         outcomes = list(_with_progress(runner.render_many([c.request for c in cells]), len(cells), progress))
         info = runner.describe()
         name = runner.name
+        if agreement_templates is not None and supports_capability_agreement(runner):
+            agreement = capability_agreement(agreement_templates, runner)
     finally:
         runner.close()
-    return section_for(name, info, cells, outcomes, attribute=attribute, expectations_dir=expectations_dir)
+    if service_client is None:
+        section, results = section_for(name, info, cells, outcomes, attribute=attribute,
+                                       expectations_dir=expectations_dir)
+        return section, results, agreement
+    from .cli_service import judge_through_service
+    from .expectations import load_expectations
+
+    results = judge_through_service(service_client, name,
+                                    [(c.template.id, c.case.id, o) for c, o in zip(cells, outcomes)], attribute)
+    section = runner_section(info, results, load_expectations(name, expectations_dir),
+                             {c.template.id: c.template for c in cells}, {c.case.id: c.case for c in cells})
+    return section, results, agreement
 
 
 def _with_progress(outcomes, total, progress):
@@ -69,8 +96,9 @@ def _selection(args) -> dict:
 
 def cmd_check(args) -> int:
     from .cli import _progress_printer
+    from .client import ServiceClient, ServiceError
     from .matrix import iter_cells
-    from .report import build_report, write_outputs
+    from .report import build_report, load_capability_agreement, write_outputs
     from .report.render import terminal
 
     templates, cases, _ = select_matrix(args.template, args.case, args.feature, args.shard)
@@ -78,14 +106,23 @@ def cmd_check(args) -> int:
     if not cells:
         print("chatgold: error: the selection has no cells", file=sys.stderr)
         return 2
+    # A precomputed summary wins: no need to ask llama.cpp again.
+    agreement = load_capability_agreement(args.capability_agreement) if args.capability_agreement else None
+    client = ServiceClient(args.service) if args.service else None
     sections = {}
     for spec in args.runner:
-        section, _ = render_and_check(spec, cells, args.workers, _progress_printer(spec),
-                                      attribute=not args.no_attribution)
+        try:
+            section, _, computed = run_runner(spec, cells, args.workers, _progress_printer(spec),
+                                              attribute=not args.no_attribution, service_client=client,
+                                              agreement_templates=templates if agreement is None else None)
+        except ServiceError as exc:
+            print(f"chatgold: error: {exc}", file=sys.stderr)
+            return 2
+        agreement = agreement or computed
         sections[section["runner"].get("name", spec)] = section
     selection = _selection(args)
     selection.update(template_count=len(templates), case_count=len(cases))
-    report = build_report(sections, selection)
+    report = build_report(sections, selection, agreement)
     print(terminal(report))
     for path in write_outputs(report, args.json, args.junit, args.markdown, args.badges, args.html):
         print(f"wrote {path}", file=sys.stderr)
@@ -150,6 +187,12 @@ def register(subparsers) -> None:
     _add_outputs(p)
     p.add_argument("--no-attribution", action="store_true",
                    help="skip the evaluator's byte provenance for diverged cells")
+    p.add_argument("--service", metavar="URL",
+                   help="judge each rendered cell through a `chatgold serve` (which holds the goldens) instead of "
+                        "the local goldens; errors, timeouts and skips stay local")
+    p.add_argument("--capability-agreement", metavar="PATH",
+                   help="include this llama.cpp capability agreement summary (`chatgold capabilities compare "
+                        "--out`) instead of computing it when the llamacpp runner takes part")
     p.set_defaults(func=cmd_check)
 
     expectations = subparsers.add_parser("expectations", help="known divergences per engine").add_subparsers(

@@ -18,6 +18,52 @@ def cmd_serve(args) -> int:
     return EXIT_OK
 
 
+LOCAL_STATUSES = ("errored", "timeout", "skipped")  # the runner's own failures: nothing for the goldens to judge
+
+
+def judge_through_service(client, runner_name: str, rendered: list, attribute: bool = False) -> list:
+    """CellResults for (template id, case id, Outcome) triples, in order: rendered and raised outcomes are
+    judged by the service (which holds the goldens); errors, timeouts and skips are classified locally."""
+    from runners.base import Raised, Rendered
+
+    from .check import result_for
+
+    remote = []
+    for template_id, case_id, outcome in rendered:
+        if isinstance(outcome, Rendered):
+            remote.append({"template": template_id, "case": case_id, "output": outcome.text})
+        elif isinstance(outcome, Raised):
+            remote.append({"template": template_id, "case": case_id, "raised": outcome.message})
+    judged = iter(client.check_batch(remote, attribute=attribute)) if remote else iter(())
+    results = []
+    for template_id, case_id, outcome in rendered:
+        if isinstance(outcome, (Rendered, Raised)):
+            results.append(_result_from_service(runner_name, next(judged), outcome))
+        else:
+            results.append(result_for(runner_name, template_id, case_id, None, outcome))
+    return results
+
+
+def _result_from_service(runner_name: str, judged: dict, outcome):
+    """The service's verdict as the CellResult a local check would have produced for the same outcome."""
+    from runners.base import Rendered
+
+    from .check import ENGINE_RENDERED, MATCH, CellResult, fingerprint
+    from .diff import Divergence
+
+    status = judged["status"]
+    message = (judged.get("reference_message") or "") if status == ENGINE_RENDERED else getattr(outcome, "message", "")
+    result = CellResult(
+        runner=runner_name, template_id=judged["template"], case_id=judged["case"], status=status,
+        divergence=Divergence(**judged["divergence"]) if judged.get("divergence") else None, message=message,
+        output=outcome.text if isinstance(outcome, Rendered) and status != MATCH else None,
+        golden_kind=judged.get("golden_kind"))
+    result.extra["fingerprint"] = fingerprint(result)
+    if judged.get("attribution"):
+        result.extra["attribution"] = {k: v for k, v in judged["attribution"].items() if v is not None}
+    return result
+
+
 def cmd_remote_check(args) -> int:
     """Render locally through a runner; the service holds the goldens and classifies each cell."""
     from runners import get_runner
@@ -33,34 +79,31 @@ def cmd_remote_check(args) -> int:
             print("chatgold: error: the selection is empty (no template or no case matches)", file=sys.stderr)
             return EXIT_USAGE
         runner = get_runner(args.runner)
-        cells, counts = [], {}
+        rendered = []
         try:
             for summary in templates:
                 source = client.template(summary["id"])["source"]
                 requests_ = [c.request(source, summary["bos_token"], summary["eos_token"], template_id=summary["id"])
                              for c in cases]
-                for case, outcome in zip(cases, runner.render_many(requests_)):
-                    if outcome.kind == "rendered":
-                        cells.append({"template": summary["id"], "case": case.id, "output": outcome.text})
-                    elif outcome.kind == "raised":
-                        cells.append({"template": summary["id"], "case": case.id, "raised": outcome.message})
-                    else:  # errors and skips are the runner's, not something the goldens can judge
-                        status = "timeout" if getattr(outcome, "timed_out", False) else outcome.kind
-                        counts[status] = counts.get(status, 0) + 1
-                        print(f"{summary['id']}/{case.id}: {status}", file=sys.stderr)
+                rendered.extend((summary["id"], case.id, outcome)
+                                for case, outcome in zip(cases, runner.render_many(requests_)))
+            name = runner.name
         finally:
             runner.close()
-        results = client.check_batch(cells)
+        results = judge_through_service(client, name, rendered)
     except ServiceError as exc:
         print(f"chatgold: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    counts = {}
     for result in results:
-        counts[result["status"]] = counts.get(result["status"], 0) + 1
-        if not result["passed"]:
-            where = f" at byte {result['divergence']['offset']}" if result.get("divergence") else ""
-            print(f"{result['template']}/{result['case']}: {result['status']}{where}")
-    total = sum(counts.values())
-    passed = sum(1 for r in results if r["passed"])
+        counts[result.status] = counts.get(result.status, 0) + 1
+        if result.status in LOCAL_STATUSES:
+            print(f"{result.key}: {result.status}", file=sys.stderr)
+        elif not result.passed:
+            where = f" at byte {result.divergence.offset}" if result.divergence else ""
+            print(f"{result.key}: {result.status}{where}")
+    total = len(results)
+    passed = sum(1 for r in results if r.passed)
     print(f"{passed}/{total} cells pass  " + "  ".join(f"{k}={v}" for k, v in sorted(counts.items())))
     return EXIT_OK if passed == total else EXIT_FAIL
 

@@ -25,6 +25,7 @@ from .goldens import atomic_write
 from .sources import Candidate, all_sources, source_root
 
 MANIFEST_FORMAT = 1
+CONSTRUCTS_FILE = "constructs.json"
 _ID_CLEAN = re.compile(r"[^a-z0-9._-]+")
 
 
@@ -204,9 +205,39 @@ def write_corpus(entries: list[TemplateEntry], sources: dict, texts: dict[str, b
         for stale in root.glob("*.jinja"):
             if stale.name not in keep:
                 stale.unlink()
+    write_constructs(entries, texts, root)
     manifest = {"format": MANIFEST_FORMAT, "sources": dict(sorted(sources.items())),
                 "templates": [e.to_dict() for e in entries]}
     atomic_write(manifest_path(root), (json.dumps(manifest, ensure_ascii=False, indent=1) + "\n").encode("utf-8"))
+
+
+def constructs_path(root: Optional[Path] = None) -> Path:
+    return (root or templates_dir()) / CONSTRUCTS_FILE
+
+
+def write_constructs(entries: list, texts: dict, root: Path) -> None:
+    """Each template's Jinja constructs (the evaluator's inventory), by sha256: computing them for the whole
+    corpus takes about half a minute, too slow for a listing or a service request."""
+    from runners.evaluator import inventory
+
+    path = constructs_path(root)
+    known = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    table = {}
+    for entry in entries:
+        names = known.get(entry.sha256)
+        if names is None:
+            try:
+                names = inventory(texts[entry.sha256].decode("utf-8")).names()
+            except Exception as exc:  # a template jinja cannot parse still belongs in the corpus
+                names = [f"error:{type(exc).__name__}"]
+        table[entry.sha256] = names
+    atomic_write(path, (json.dumps(dict(sorted(table.items())), indent=0) + "\n").encode())
+
+
+def load_constructs(root: Optional[Path] = None) -> dict:
+    """sha256 -> construct names, as recorded when the corpus was written."""
+    path = constructs_path(root)
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
 def build_corpus(root: Optional[Path] = None, progress=print) -> Corpus:

@@ -64,10 +64,20 @@ def read_golden(template_id: str, case_id: str, root: Optional[Path] = None) -> 
     return None
 
 
+def _umask_mode() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
+_FILE_MODE = _umask_mode()
+
+
 def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, _FILE_MODE)  # mkstemp creates 0600; goldens are ordinary readable files
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
         os.replace(tmp, path)

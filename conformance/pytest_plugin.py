@@ -90,6 +90,10 @@ def chatgold_session(request):
     session = GateSession(request.config)
     request.config._chatgold_session = session  # for pytest_sessionfinish (the report)
     yield session
+    if request.config.getoption("--chatgold-report"):
+        from .report.gate import gate_capability_agreement
+
+        gate_capability_agreement(session)  # while the llamacpp runner is still open
     session.close()
 
 

@@ -7,12 +7,14 @@ the loaded corpus or case set, so no request can name a path outside goldens/.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib
 import json
 import re
 import threading
 import time
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any, Literal, Optional
 
 from fastapi import FastAPI, HTTPException, Query, Request
@@ -24,7 +26,7 @@ from runners.base import Errored, Raised, Rendered
 
 from . import check as checkmod
 from .cases import Case, load_cases
-from .corpus import Corpus, TemplateEntry, load_corpus, sha256_text
+from .corpus import Corpus, TemplateEntry, load_corpus, sha256_text, templates_dir
 from .goldens import ENCODING_ERRORS, read_golden, read_meta
 
 API_VERSION = "1"
@@ -234,7 +236,6 @@ class State:
         # One reference request at a time: the warm harness renders serially, and waiting requests would
         # otherwise pile up in the server's thread pool.
         self.reference_slot = threading.BoundedSemaphore(1)
-        self._constructs: dict[str, Any] = {}
 
     def template(self, template_id: str) -> TemplateEntry:
         if not _ID_RE.match(template_id):
@@ -267,17 +268,18 @@ class State:
                 self._runner = None
 
 
+@functools.lru_cache(maxsize=4)
+def _construct_table(root: str) -> dict:
+    from .corpus import load_constructs
+
+    return load_constructs(Path(root))
+
+
 def _constructs(entry: TemplateEntry, notes: list) -> Optional[list[str]]:
-    try:
-        from runners.evaluator import inventory
-    except Exception as exc:
-        notes.append(f"constructs unavailable: runners.evaluator cannot be imported ({exc})")
-        return None
-    try:
-        return inventory(entry.source()).names()
-    except Exception as exc:
-        notes.append(f"constructs unavailable: {type(exc).__name__}: {str(exc)[:200]}")
-        return None
+    names = _construct_table(str(entry.root or templates_dir())).get(entry.sha256)
+    if names is None:
+        notes.append("constructs unavailable: not recorded in templates/constructs.json (run `chatgold corpus build`)")
+    return names
 
 
 def _capabilities(entry: TemplateEntry, notes: list) -> Optional[dict]:

@@ -14,6 +14,4 @@ python -m runners.hfjs --install
 python -m conformance.cli engines build llama.cpp
 
 # Headless Chromium for the HTML report test (Debian package), when missing.
-if [ -x scripts/install-chromium.sh ] || [ -f scripts/install-chromium.sh ]; then
-    bash scripts/install-chromium.sh
-fi
+bash scripts/install-chromium.sh

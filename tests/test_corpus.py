@@ -53,6 +53,7 @@ def test_build_reproduces_the_committed_corpus(tmp_path, monkeypatch, cached_sou
     shutil.copy(templates_dir() / "families.json", root / "families.json")
     build_corpus(root, progress=lambda line: None)
     assert manifest_path(root).read_bytes() == manifest_path().read_bytes()
+    assert (root / "constructs.json").read_bytes() == (templates_dir() / "constructs.json").read_bytes()
     for path in templates_dir().glob("*.jinja"):
         assert (root / path.name).read_bytes() == path.read_bytes(), path.name
 

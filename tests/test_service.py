@@ -261,3 +261,35 @@ def test_schemathesis_finds_no_server_errors(server):
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert "passed" in done.stdout
+
+
+def test_check_through_the_service_judges_like_the_local_goldens(server, tmp_path):
+    # `chatgold check --service`: same local rendering, cells judged remotely; the report must agree with
+    # a local check of the same selection, status for status and byte for byte.
+    import json
+
+    llama = "allenai-llama-3.1-tulu-3-8b-sft"
+    selection = ["--runner", "chatml-builtin", "--template", llama, "--template", TEMPLATE,
+                 "--case", RENDERED_CASE, "--case", RAISED_CASE, "--no-attribution"]
+    env_dir = str(tmp_path / "no-expectations")
+    reports = {}
+    for label, extra in (("remote", ["--service", server]), ("local", [])):
+        done = subprocess.run([sys.executable, "-m", "conformance.cli", "check", *selection, *extra,
+                               "--json", str(tmp_path / f"{label}.json")], cwd=repo_root(), capture_output=True,
+                              text=True, timeout=300, env=dict(os.environ, CHATGOLD_EXPECTATIONS_DIR=env_dir))
+        assert done.returncode == 1, done.stdout + done.stderr  # nothing is expected: the divergence is new
+        reports[label] = json.loads((tmp_path / f"{label}.json").read_text())
+    remote, local = (reports[k]["runners"]["chatml-builtin"] for k in ("remote", "local"))
+    assert remote["counts"] == local["counts"] and remote["counts"]["diverged"] >= 1
+    strip = lambda cells: sorted((c["template"], c["case"], c["status"], c.get("fingerprint"),
+                                  json.dumps(c.get("divergence"), sort_keys=True)) for c in cells)
+    assert strip(remote["cells"]) == strip(local["cells"])
+    assert remote["passed"] == local["passed"]
+
+
+def test_check_through_an_unreachable_service_fails_clearly(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "conformance.cli", "check", "--service", "http://127.0.0.1:9",
+                           "--runner", "hf", "--template", TEMPLATE, "--case", RENDERED_CASE], cwd=repo_root(),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert "cannot reach the service" in done.stderr

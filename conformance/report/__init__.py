@@ -174,10 +174,78 @@ def runner_section(runner_info: dict, results: list, expectations: Expectations,
     }
 
 
-def build_report(sections: dict, selection: dict) -> dict:
+def build_report(sections: dict, selection: dict, capability_agreement: Optional[dict] = None) -> dict:
     report = {"format": REPORT_FORMAT, "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
               "selection": selection, "runners": sections}
+    if capability_agreement is not None:
+        report["capability_agreement"] = capability_agreement
     return finalize(report)
+
+
+# -- capability agreement (issue 8): llama.cpp's own view of each template's capabilities vs our goldens --------
+
+AGREEMENT_COUNTS = ("agree", "disagree", "unknown")
+MAX_DISAGREEMENTS = 20  # examples kept per capability (llamacpp_agreement keeps as many per run)
+
+
+def supports_capability_agreement(runner) -> bool:
+    """Only llama.cpp reports per-template capabilities (llama-server /props chat_template_caps)."""
+    return getattr(runner, "name", None) == "llamacpp" and callable(getattr(runner, "props", None))
+
+
+def capability_agreement(templates, llama_runner) -> dict:
+    """The report's `capability_agreement` section for these templates, computed with an open llama.cpp runner."""
+    from ..capabilities import agreement_summary, llamacpp_agreement
+
+    templates = list(templates)
+    summary = agreement_summary(llamacpp_agreement(templates, llama_runner), llama_runner.describe())
+    summary["templates"] = len(templates)
+    return summary
+
+
+def load_capability_agreement(path) -> dict:
+    """A summary written by `chatgold capabilities compare --out PATH`, checked enough to render."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{path}: not a readable capability agreement JSON: {exc}") from None
+    what = "a capability agreement summary (from `chatgold capabilities compare --out`)"
+    if not isinstance(data, dict) or data.get("format") != 1 or not isinstance(data.get("capabilities"), dict):
+        raise ValueError(f"{path}: not {what}: expected an object with format 1 and `capabilities`")
+    for name, row in data["capabilities"].items():
+        if not isinstance(row, dict) or not all(isinstance(row.get(k), int) and row[k] >= 0 for k in AGREEMENT_COUNTS):
+            raise ValueError(f"{path}: capability {name!r}: expected non-negative integer "
+                             f"{'/'.join(AGREEMENT_COUNTS)} counts")
+        if not isinstance(row.get("disagreements", []), list):
+            raise ValueError(f"{path}: capability {name!r}: `disagreements` must be a list")
+    data.setdefault("engine", {})
+    data["source"] = str(path)
+    return data
+
+
+def _finalize_agreement(section: dict) -> None:
+    for row in section["capabilities"].values():
+        row.setdefault("disagreements", [])
+        row["compared"] = row["agree"] + row["disagree"]
+        row["agreement"] = round(row["agree"] / row["compared"], 4) if row["compared"] else None
+
+
+def _merge_agreement(sections: list) -> Optional[dict]:
+    """Shards hold disjoint templates: counts add up, examples concatenate (up to the per-capability cap)."""
+    if not sections:
+        return None
+    merged = {"format": 1, "engine": sections[0].get("engine", {}), "capabilities": {},
+              "templates": sum(s.get("templates", 0) for s in sections)}
+    for section in sections:
+        for name, row in section["capabilities"].items():
+            into = merged["capabilities"].setdefault(name, {k: 0 for k in AGREEMENT_COUNTS} | {"disagreements": []})
+            for key in AGREEMENT_COUNTS:
+                into[key] += row[key]
+            room = MAX_DISAGREEMENTS - len(into["disagreements"])
+            into["disagreements"].extend(row.get("disagreements", [])[:max(room, 0)])
+    merged["capabilities"] = dict(sorted(merged["capabilities"].items()))
+    return merged
 
 
 def finalize(report: dict) -> dict:
@@ -195,6 +263,8 @@ def finalize(report: dict) -> dict:
         section["unexpected"] = sum(section["verdicts"][v] for v in FAILING_VERDICTS)
         unexpected += section["unexpected"]
     report["unexpected"] = unexpected
+    if report.get("capability_agreement"):
+        _finalize_agreement(report["capability_agreement"])
     return report
 
 
@@ -243,6 +313,9 @@ def merge_reports(reports: Iterable[dict]) -> dict:
         section["passed"] = dict(sorted(section["passed"].items()))
         section["known"] = dict(sorted(section["known"].items()))
         section["cells"].sort(key=lambda c: (c["template"], c["case"]))
+    agreement = _merge_agreement([r["capability_agreement"] for r in reports if r.get("capability_agreement")])
+    if agreement is not None:
+        merged["capability_agreement"] = agreement
     return finalize(merged)
 
 

@@ -4,6 +4,7 @@ output side by side (whitespace and control characters visible, the first differ
 template line that emitted the golden's first differing byte."""
 from __future__ import annotations
 
+import json
 from html import escape
 
 from ..expectations import CHANGED, UNEXPECTED_FAIL
@@ -132,6 +133,38 @@ def _drilldown(name: str, section: dict) -> str:
     return "".join(parts)
 
 
+def _value(value) -> str:
+    return escape(json.dumps(value, ensure_ascii=False)[:200])
+
+
+def _capability_agreement(report: dict) -> str:
+    """Per capability agreement with llama.cpp, each row listing the templates it disagrees on."""
+    section = report.get("capability_agreement")
+    if not section:
+        return ""
+    engine = section.get("engine") or {}
+    what = " ".join(str(engine[k]) for k in ("name", "version") if engine.get(k))
+    rows = []
+    for name, row in section["capabilities"].items():
+        pct = None if row["agreement"] is None else 100 * row["agreement"]
+        examples = "".join(f'<li><code>{escape(d["template"])}</code>: reference {_value(d.get("reference"))}, '
+                           f'llama.cpp {_value(d.get("llamacpp"))}</li>' for d in row["disagreements"])
+        unlisted = row["disagree"] - len(row["disagreements"])
+        if unlisted > 0:
+            examples += f"<li>… and {unlisted} more</li>"
+        rows.append(f'<tr><td class="name">{escape(name)}</td><td>{row["compared"]}</td><td>{row["agree"]}</td>'
+                    f'<td class="{_colour(pct)}">{"n/a" if pct is None else f"{pct:.1f}%"}</td>'
+                    f'<td>{row["unknown"]}</td><td class="name">'
+                    + (f"<ul>{examples}</ul>" if examples else "–") + "</td></tr>")
+    source = f'; loaded from {escape(section["source"])}' if section.get("source") else ""
+    over = f' over {section["templates"]} template(s)' if section.get("templates") is not None else ""
+    return (f'<h2>llama.cpp capability agreement</h2><p class="note">{escape(what)}{over}{source}: '
+            'llama-server\'s own view of each template (/props chat_template_caps, generation prompt) '
+            'against the capability goldens; unknown = one side could not tell.</p>'
+            '<table id="capability-agreement"><tr><th>capability</th><th>compared</th><th>agree</th>'
+            '<th>agreement</th><th>unknown</th><th>disagreeing templates</th></tr>' + "".join(rows) + "</table>")
+
+
 def render_html(report: dict) -> str:
     summary_rows = []
     for name, s in report["runners"].items():
@@ -151,6 +184,7 @@ def render_html(report: dict) -> str:
           '<th>changed</th><th>now passing</th><th>top blamed constructs</th></tr>' + "".join(summary_rows) + "</table>"
         + _matrix(report, "features", "Conformance by case feature")
         + _matrix(report, "constructs", "Conformance by Jinja construct (templates using it)")
+        + _capability_agreement(report)
         + "<h2>Diverged cells</h2>"
         + "".join(_drilldown(name, s) for name, s in report["runners"].items())
         + "</body></html>\n")

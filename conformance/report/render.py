@@ -41,6 +41,7 @@ def terminal(report: dict, show_unexpected: int = 20) -> str:
                     lines.append("      " + cell["message"].splitlines()[0][:200] if cell["message"] else "")
         if section["unexpected"] > shown:
             lines.append(f"    ... {section['unexpected'] - shown} more unexpected (see the JSON/HTML report)")
+    lines.extend(terminal_capability_agreement(report))
     lines.append(f"unexpected outcomes: {report['unexpected']}")
     return "\n".join(lines)
 
@@ -71,6 +72,7 @@ def markdown(report: dict) -> str:
         for note in s["notes"]:
             out.append(f"\n> {note}")
         out.append("\n</details>\n")
+    out.extend(markdown_capability_agreement(report))
     unexpected = [(name, cell) for name, s in report["runners"].items() for cell in s["cells"]
                   if cell["verdict"] in (UNEXPECTED_FAIL, CHANGED)]
     if unexpected:
@@ -83,6 +85,32 @@ def markdown(report: dict) -> str:
     else:
         out.append("No unexpected outcomes.")
     return "\n".join(out) + "\n"
+
+
+def _agreement_pct(row: dict) -> str:
+    return "n/a" if row["agreement"] is None else f"{100 * row['agreement']:.1f}%"
+
+
+def markdown_capability_agreement(report: dict) -> list:
+    """The capability agreement table, or nothing when the report has no such section."""
+    section = report.get("capability_agreement")
+    if not section:
+        return []
+    over = f" over {section['templates']} templates" if section.get("templates") is not None else ""
+    out = [f"### llama.cpp capability agreement{over}", "",
+           "| capability | compared | agree | agreement | unknown |", "|---|---:|---:|---:|---:|"]
+    for name, row in section["capabilities"].items():
+        out.append(f"| `{name}` | {row['compared']} | {row['agree']} | {_agreement_pct(row)} | {row['unknown']} |")
+    out.append("")
+    return out
+
+
+def terminal_capability_agreement(report: dict) -> list:
+    section = report.get("capability_agreement")
+    if not section:
+        return []
+    rows = ", ".join(f"{name} {row['agree']}/{row['compared']}" for name, row in section["capabilities"].items())
+    return [f"llama.cpp capability agreement: {rows}"]
 
 
 def write_junit(report: dict, path: Path) -> Path:

@@ -4,17 +4,11 @@ and byte provenance. See README.md in this directory."""
 from .errors import (EvaluatorError, InputError, LimitExceeded, OutputLimitError, RenderTimeout,
                      ReservedVariableError, SecurityViolation, TemplateCompileError, TemplateRefusal,
                      TemplateRenderError)
+# Imported eagerly: a lazy wrapper named `inventory` would be replaced by the submodule of that name
+# as soon as anything imported runners.evaluator.inventory.
+from .inventory import inventory
 from .template import BUILTIN_CHATML, ChatTemplate, TracedRender, render
-
-
-def inventory(template_src: str):
-    from .inventory import inventory as _inventory
-    return _inventory(template_src)
-
-
-def origin_at(spans, byte_offset: int):
-    from .tracing import origin_at as _origin_at
-    return _origin_at(spans, byte_offset)
+from .tracing import origin_at
 
 
 __all__ = ["BUILTIN_CHATML", "ChatTemplate", "EvaluatorError", "InputError", "LimitExceeded", "OutputLimitError",

@@ -169,6 +169,20 @@ class LlamaCppRunner(Runner):
         for old in evicted:
             old.stop()
 
+    def props(self, template: str, bos_token: Optional[str], eos_token: Optional[str]) -> dict:
+        """llama-server's GET /props for a template (chat_template_caps etc.); raises if the server refuses it."""
+        request = RenderRequest(template=template, messages=[], bos_token=bos_token, eos_token=eos_token)
+        key = _group_key(request)
+        server = self._acquire(key, request)
+        keep = False
+        try:
+            response = server.session.get(server.base_url + "/props", timeout=(5, self.timeout))
+            response.raise_for_status()
+            keep = True
+            return response.json()
+        finally:
+            self._release(key, server, keep)
+
     # -- rendering --------------------------------------------------------------------------------------
     def render(self, request: RenderRequest) -> Outcome:
         try:
