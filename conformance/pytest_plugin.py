@@ -28,29 +28,41 @@ def pytest_addoption(parser):
                     help="write the divergence report (JSON, JUnit, Markdown, badges, HTML) into DIR at session end")
 
 
+def select(config):
+    """(corpus, all cases, selected templates, selected cases, whether the selection is the whole matrix)."""
+    cached = getattr(config, "_chatgold_selection", None)
+    if cached is not None:
+        return cached
+    from .cases import load_cases, select_cases
+    from .corpus import load_corpus
+    from .matrix import shard_of
+
+    opt = config.getoption
+    corpus = load_corpus()
+    all_cases = load_cases()
+    templates = corpus.select(opt("--chatgold-template") or None)
+    cases = select_cases(all_cases, opt("--chatgold-case") or None, opt("--chatgold-feature") or None)
+    shard = opt("--chatgold-shard")
+    if shard:
+        try:
+            index, count = (int(x) for x in shard.split("/"))
+        except ValueError:
+            raise pytest.UsageError(f"--chatgold-shard {shard}: expected I/N, e.g. 2/8") from None
+        if not 1 <= index <= count:
+            raise pytest.UsageError(f"--chatgold-shard {shard}: I must be between 1 and N")
+        templates = [t for t in templates if shard_of(t.id, count) == index - 1]
+    full = not (opt("--chatgold-template") or opt("--chatgold-case") or opt("--chatgold-feature") or shard)
+    config._chatgold_selection = (corpus, all_cases, templates, cases, full)
+    return config._chatgold_selection
+
+
 class GateSession:
     """What the gate selected, and each runner's outcomes, computed once."""
 
     def __init__(self, config):
-        from .cases import load_cases, select_cases
-        from .corpus import load_corpus
-
         self.config = config
-        opt = config.getoption
-        self.corpus = load_corpus()
-        self.all_cases = load_cases()
-        self.templates = self.corpus.select(opt("--chatgold-template") or None)
-        self.cases = select_cases(self.all_cases, opt("--chatgold-case") or None, opt("--chatgold-feature") or None)
-        shard = opt("--chatgold-shard")
-        if shard:
-            from .matrix import shard_of
-
-            index, count = (int(x) for x in shard.split("/"))
-            if not 1 <= index <= count:
-                raise pytest.UsageError(f"--chatgold-shard {shard}: I must be between 1 and N")
-            self.templates = [t for t in self.templates if shard_of(t.id, count) == index - 1]
-        self.full = not (opt("--chatgold-template") or opt("--chatgold-case") or opt("--chatgold-feature") or shard)
-        self.workers = opt("--chatgold-workers")
+        self.corpus, self.all_cases, self.templates, self.cases, self.full = select(config)
+        self.workers = config.getoption("--chatgold-workers")
         self._outcomes: dict = {}
         self._runners: dict = {}
 
@@ -111,26 +123,18 @@ def pytest_generate_tests(metafunc):
     names = metafunc.fixturenames
     if not {"chatgold_template", "chatgold_runner", "chatgold_case"} & set(names):
         return
-    from .cases import load_cases, select_cases
-    from .corpus import load_corpus
-
     opt = metafunc.config.getoption
+    _corpus, _all_cases, templates, cases, _full = select(metafunc.config)
     if "chatgold_runner" in names:
         specs = [s for s in opt("--chatgold-runner") if s != REFERENCE_RUNNER]
         metafunc.parametrize("chatgold_runner", specs, ids=[_safe_id(s) for s in specs], scope="session")
-    templates = [t.id for t in load_corpus().select(opt("--chatgold-template") or None)]
-    shard = opt("--chatgold-shard")
-    if shard:
-        from .matrix import shard_of
-
-        index, count = (int(x) for x in shard.split("/"))
-        templates = [t for t in templates if shard_of(t, count) == index - 1]
     if "chatgold_template" in names:
-        metafunc.parametrize("chatgold_template", templates, ids=templates)
+        ids = [t.id for t in templates]
+        metafunc.parametrize("chatgold_template", ids, ids=ids)
     if "chatgold_case" in names:
-        cases = [c.id for c in select_cases(load_cases(), opt("--chatgold-case") or None, opt("--chatgold-feature") or None)]
         if opt("--chatgold-granularity") == "cell":
-            metafunc.parametrize("chatgold_case", cases, ids=cases)
+            ids = [c.id for c in cases]
+            metafunc.parametrize("chatgold_case", ids, ids=ids)
         else:
             metafunc.parametrize("chatgold_case", [None], ids=["all-cases"])
 
