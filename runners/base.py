@@ -129,5 +129,19 @@ class Runner:
         return {"name": self.name, "version": self.version, "language": self.language, "homepage": self.homepage}
 
 
+def describe_exit(returncode: Optional[int]) -> str:
+    """A process's exit status in words: still running, exit code N, or the signal that killed it."""
+    import signal
+
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
 def canonical_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

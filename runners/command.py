@@ -18,7 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator, Optional, Sequence
 
-from .base import Errored, Outcome, RenderRequest, Runner, RunnerUnavailable
+from .base import Errored, Outcome, RenderRequest, Runner, RunnerUnavailable, describe_exit
 from .protocol import PROTOCOL_VERSION, ProtocolError, encode, outcome_from_message, render_message
 
 DEFAULT_TIMEOUT = 20.0
@@ -92,15 +92,7 @@ class HarnessProcess:
             raise HarnessFailure(f"harness stdin closed ({self._exit_text()})") from exc
 
     def _exit_text(self) -> str:
-        code = self.proc.poll()
-        if code is None:
-            return "still running"
-        if code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exit code {code}"
+        return describe_exit(self.proc.poll())
 
     def _read_line(self, timeout: float) -> bytes:
         deadline = time.monotonic() + timeout

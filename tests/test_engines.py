@@ -4,8 +4,6 @@ Easy templates must match HF byte for byte; the known divergences must show up a
 """
 from __future__ import annotations
 
-import os
-import sys
 
 import pytest
 

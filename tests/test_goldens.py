@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.cases import load_cases, select_cases
+from conformance.cases import load_cases
 from conformance.corpus import load_corpus
 from conformance.goldens import (cell_paths, find_orphans, goldens_dir, read_golden, update_goldens,
                                  write_golden)

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from runners.base import Errored, Raised, Rendered, RenderRequest, Skipped
+from runners.base import Errored, Raised, Rendered, RenderRequest
 from runners.hf import HFRenderer
 from runners.llamacpp import LlamaCppRunner, build, build_llama_server
 from runners.llamacpp.model import model_for

@@ -141,12 +141,12 @@ def test_check_batch(server):
 
 
 @pytest.mark.parametrize("path, allowed", [
-    (f"/v1/templates/no-such-template", {404}),
-    (f"/v1/cases/no-such-case", {404}),
+    ("/v1/templates/no-such-template", {404}),
+    ("/v1/cases/no-such-case", {404}),
     (f"/v1/goldens/{TEMPLATE}/no-such-case", {404}),
     (f"/v1/goldens/no-such-template/{RENDERED_CASE}", {404}),
-    (f"/v1/templates/Bad%20Id", {400}),
-    (f"/v1/goldens/..%2F..%2Fetc/passwd", {400, 404}),
+    ("/v1/templates/Bad%20Id", {400}),
+    ("/v1/goldens/..%2F..%2Fetc/passwd", {400, 404}),
     (f"/v1/goldens/%2e%2e/{RENDERED_CASE}", {400, 404}),
     (f"/v1/goldens/{TEMPLATE}/..%2F..%2Fmanifest", {400, 404}),
     (f"/v1/goldens/{TEMPLATE}/%2e%2e", {400, 404}),

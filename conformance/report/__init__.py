@@ -15,7 +15,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
 
-from ..check import DIVERGED, MATCH, PASSING, STATUSES, CellResult, summarize
+from ..check import DIVERGED, PASSING, STATUSES, CellResult, summarize
 from ..expectations import (CHANGED, EXPECTED_FAIL, EXPECTED_PASS, FAILING_VERDICTS, UNEXPECTED_FAIL,
                             UNEXPECTED_PASS, Expectations, verdict)
 

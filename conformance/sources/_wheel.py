@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import email.parser
+import json
 from pathlib import Path
 from typing import Optional
 
@@ -53,3 +54,14 @@ def _name_license_text(text: str) -> Optional[str]:
     if head.startswith("MIT License"):
         return "MIT"
     return None
+
+
+def read_json_list(path: Path) -> list:
+    """A source's JSON index, which must be a list; a clear SourceError naming the file otherwise."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise SourceError(f"{path}: not valid JSON: {exc}") from exc
+    if not isinstance(data, list):
+        raise SourceError(f"{path}: expected a list of entries, got {type(data).__name__}")
+    return data

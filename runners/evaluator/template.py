@@ -11,13 +11,13 @@ import time
 import warnings
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, List, Mapping, Optional, Tuple, Union
 
 import jinja2
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 
 from . import environment as envmod
-from .errors import (EvaluatorError, InputError, LimitExceeded, OutputLimitError, ReservedVariableError,
+from .errors import (EvaluatorError, InputError, OutputLimitError, ReservedVariableError,
                      SecurityViolation, TemplateCompileError, TemplateRefusal, TemplateRenderError)
 
 DEFAULT_NOW = "2025-06-15T09:30:00+00:00"  # same as runners.base.DEFAULT_NOW

@@ -17,13 +17,12 @@ spans cover every byte exactly once. Offsets are converted to UTF-8 bytes at the
 from __future__ import annotations
 
 import bisect
-import operator
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from jinja2.utils import _PassArg
 
-from .environment import ChatTemplateEnvironment, _budget, str_join_checked
+from .environment import ChatTemplateEnvironment, _budget
 
 RawSpan = Tuple[int, int, int, str]  # (start char, end char, template line, construct)
 

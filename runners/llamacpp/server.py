@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
+from ..base import describe_exit
 from .clock import clock_env, write_stamp
 
 LOG_TAIL = 4000
@@ -151,15 +152,7 @@ class LlamaServer:
         return self.log_bytes()[-limit:].decode("utf-8", "replace")
 
     def exit_text(self) -> str:
-        code = self.proc.poll()
-        if code is None:
-            return "still running"
-        if code < 0:
-            try:
-                return f"killed by {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exit code {code}"
+        return describe_exit(self.proc.poll())
 
     def alive(self) -> bool:
         return self.proc.poll() is None
