@@ -94,19 +94,10 @@ def test_no_template_and_bad_files_are_reported(tmp_path):
     assert done.returncode == 2 and "missing.json: report file not found" in done.stderr
 
 
-def test_real_vocab_gguf_from_the_cache_when_present():
-    """llama.cpp ships vocab-only GGUFs; use them when scripts/setup.sh cached the sdist (never downloaded here)."""
-    try:
-        from conformance.sources.llamacpp import MODELS_DIR, SOURCE
-        from tests.conftest import _cached_root
-
-        root = _cached_root(SOURCE)
-    except Exception as exc:
-        pytest.skip(f"llama.cpp sources not cached: {exc}")
-    (base,) = [p for p in root.iterdir() if p.is_dir()]
-    models = sorted((base / MODELS_DIR).glob("ggml-vocab-*.gguf"))
-    if not models:
-        pytest.skip("no vocab GGUF in the cached llama.cpp sources")
+def test_real_vocab_ggufs_of_llama_cpp(llamacpp_models):
+    """llama.cpp ships vocab-only GGUFs (cached by scripts/setup.sh; tests never download)."""
+    models = sorted(llamacpp_models.glob("ggml-vocab-*.gguf"))
+    assert models, f"no vocab GGUF under {llamacpp_models}"
     corpus = load_corpus()
     matched = 0
     for model in models:
