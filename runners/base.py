@@ -143,5 +143,18 @@ def describe_exit(returncode: Optional[int]) -> str:
     return f"exit code {returncode}"
 
 
+def kill_process_group(proc) -> None:
+    """SIGKILL a child started with start_new_session=True and everything it spawned, then reap it."""
+    import os
+    import signal
+
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+        proc.wait()
+
+
 def canonical_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))

@@ -10,7 +10,6 @@ import json
 import os
 import queue
 import selectors
-import signal
 import subprocess
 import tempfile
 import threading
@@ -18,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator, Optional, Sequence
 
-from .base import Errored, Outcome, RenderRequest, Runner, RunnerUnavailable, describe_exit
+from .base import Errored, Outcome, RenderRequest, Runner, RunnerUnavailable, describe_exit, kill_process_group
 from .protocol import PROTOCOL_VERSION, ProtocolError, encode, outcome_from_message, render_message
 
 DEFAULT_TIMEOUT = 20.0
@@ -150,12 +149,7 @@ class HarnessProcess:
         self.kill()
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-            self.proc.wait()
+        kill_process_group(self.proc)
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 stream.close()

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..base import describe_exit
+from ..base import describe_exit, kill_process_group
 from .clock import clock_env, write_stamp
 
 LOG_TAIL = 4000
@@ -199,12 +199,7 @@ class LlamaServer:
                 self.proc.wait(timeout=grace)
             except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
                 pass
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.proc.kill()
-            self.proc.wait()
+        kill_process_group(self.proc)
         try:
             self._log.close()
         except OSError:
