@@ -333,20 +333,20 @@ def write_outputs(report: dict, json_path=None, junit_path=None, markdown_path=N
     from . import html, render
 
     written = []
+    def write_text(path, produce) -> None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(produce(report), encoding="utf-8")
+        written.append(target)
+
     if json_path:
-        Path(json_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(json_path).write_text(json.dumps(report, ensure_ascii=False, separators=(",", ":")), encoding="utf-8")
-        written.append(Path(json_path))
+        write_text(json_path, lambda r: json.dumps(r, ensure_ascii=False, separators=(",", ":")))
     if junit_path:
         written.append(render.write_junit(report, Path(junit_path)))
     if markdown_path:
-        Path(markdown_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(markdown_path).write_text(render.markdown(report), encoding="utf-8")
-        written.append(Path(markdown_path))
+        write_text(markdown_path, render.markdown)
     if badges_dir:
         written.extend(render.write_badges(report, Path(badges_dir)))
     if html_path:
-        Path(html_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(html_path).write_text(html.render_html(report), encoding="utf-8")
-        written.append(Path(html_path))
+        write_text(html_path, html.render_html)
     return written
