@@ -56,15 +56,27 @@ def table(results: dict) -> str:
     matrix = results["benchmarks"].get("bench_matrix.py", {}).get("result")
     if matrix:
         lines += [f"Matrix: {matrix['templates']} templates ({matrix['set']} set) x {matrix['cases']} cases.", "",
-                  "| runner | cells | suite s | raw engine s | overhead | ms/cell | conformance |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+                  "| runner | cells | suite s | raw engine s | overhead | ms/cell | conformance | attribution |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for row in matrix["runners"]:
             if "error" in row:
-                lines.append(f"| {row['runner']} | error: {row['error'][:60]} | | | | | |")
+                lines.append(f"| {row['runner']} | error: {row['error'][:60]} | | | | | | |")
             else:
                 lines.append(f"| {row['runner']} | {row['cells']} | {row['suite_seconds']} | {row['raw_seconds']} | "
-                             f"{row['overhead_ratio']}x | {row['ms_per_cell']} | {row['conformance']}% |")
+                             f"{row['overhead_ratio']}x | {row['ms_per_cell']} | {row['conformance']}% | "
+                             f"{row.get('attribution_seconds', '-')} s for {row.get('attributed_cells', '-')} cells |")
+        lines += ["", "Overhead: the suite's check path (render, read goldens, classify) over the raw engine time of "
+                      "the same cells. Attribution (a traced evaluator render per diverged cell, for the report) "
+                      "is timed apart."]
         lines += ["", f"All runners, total wall time: {matrix['total_seconds']} s."]
+    gate = results["benchmarks"].get("bench_gate.py", {}).get("result")
+    if gate:
+        run = gate["runs"][0]
+        cpu = ", ".join(f"{kind} {seconds} s" for kind, seconds in list(run["cpu_seconds"].items())[:6])
+        lines += ["", f"The gate itself (`pytest --pyargs conformance.gate`, {len(gate['runners'])} engines + the "
+                      f"reference + capability goldens) on the {gate['set']} set ({gate['templates']} templates x "
+                      f"{gate['cases']} cases): {run['wall_seconds']} s wall (target {gate['target_seconds']:.0f} s), "
+                      f"{run['cpu_total']} CPU-s: {cpu}."]
     gguf = results["benchmarks"].get("bench_gguf.py", {}).get("result")
     if gguf:
         lines += ["", f"GGUF header: read_header {gguf['read_header_ms']} ms vs gguf.GGUFReader "
@@ -73,6 +85,11 @@ def table(results: dict) -> str:
     if cold:
         lines += ["", "Cold start of `chatgold render`: " + ", ".join(
             f"{r['runner']} {r['seconds_min']} s" for r in cold["runners"])]
+    llama = results["benchmarks"].get("bench_llamacpp.py", {}).get("result")
+    if llama:
+        lines += ["", f"llama.cpp runner, {llama['templates']} templates x {llama['cases']} cases "
+                      f"({llama['workers']} servers at a time): {llama['wall_seconds']} s wall (target 10 s), "
+                      f"{llama['renders_per_second']} renders/s, server start {llama['mean_server_start_ms']} ms."]
     if any(results["benchmarks"].get(name) for name in OPTIONAL):
         lines.append("")
     for name in OPTIONAL:
@@ -110,6 +127,7 @@ def main(argv=None) -> int:
         "bench_matrix.py": [*limits, "--runners", args.runners, "--set", args.set],
         "bench_gguf.py": ["--files", str(args.gguf_files)],
         "bench_cold_start.py": ["--runners", args.runners],
+        "bench_gate.py": ["--set", "llamacpp"],
     }
     for name in OPTIONAL:
         if (HERE / name).exists():

@@ -8,6 +8,7 @@ from typing import Callable, Iterable, Optional
 
 from runners.base import Errored, Outcome, Raised, Rendered, Skipped
 
+from .attribution import attribute_results
 from .diff import Divergence, compare_bytes
 from .goldens import ENCODING_ERRORS, Golden, read_golden
 
@@ -91,12 +92,16 @@ def result_for(runner_name: str, template_id: str, case_id: str, golden: Optiona
 
 def check_cells(runner, cells: list, goldens_root=None,
                 progress: Optional[Callable[[int, int], None]] = None, attribute: bool = True,
-                outcomes: Optional[Iterable[Outcome]] = None) -> list[CellResult]:
+                outcomes: Optional[Iterable[Outcome]] = None,
+                goldens: Optional[Callable[[str, str], Optional[Golden]]] = None) -> list[CellResult]:
     """Render every cell through the runner and classify it against its golden.
 
     `outcomes` (one per cell, in order) skips rendering when the caller already has them (the pytest gate).
-    Diverged cells get `extra["attribution"]` (see attribute_divergence) unless attribute=False."""
+    `goldens(template_id, case_id)` reads goldens (default: from `goldens_root`; the gate passes a shared cache).
+    Diverged cells get `extra["attribution"]` (see attribute_results) unless attribute=False."""
+    read = goldens or (lambda template_id, case_id: read_golden(template_id, case_id, goldens_root))
     results = []
+    pending = []
     total = len(cells)
     last = time.perf_counter()
     if outcomes is None:
@@ -104,15 +109,17 @@ def check_cells(runner, cells: list, goldens_root=None,
     name = runner if isinstance(runner, str) else runner.name
     for index, (cell, outcome) in enumerate(zip(cells, outcomes), 1):
         now = time.perf_counter()
-        golden = read_golden(cell.template.id, cell.case.id, goldens_root)
+        golden = read(cell.template.id, cell.case.id)
         result = result_for(name, cell.template.id, cell.case.id, golden, outcome, now - last)
         result.extra["fingerprint"] = fingerprint(result)
-        if attribute and result.status == DIVERGED:
-            result.extra["attribution"] = attribute_divergence(cell.request, golden, result.divergence.offset)
+        if result.status == DIVERGED:
+            pending.append((result, cell.request, golden))
         results.append(result)
         last = now
         if progress:
             progress(index, total)
+    if attribute:
+        attribute_results(pending)
     return results
 
 
@@ -127,50 +134,6 @@ def fingerprint(result: CellResult) -> Optional[str]:
     else:
         payload = "msg:" + (result.message or "")
     return hashlib.sha256(payload.encode("utf-8", ENCODING_ERRORS)).hexdigest()[:16]
-
-
-_ATTRIBUTION_PROBLEM: list = []  # why attribution cannot work at all in this process (import failure)
-
-
-def attribute_divergence(request, golden: Golden, offset: int) -> dict:
-    """Which template line and construct emitted the golden's byte at `offset`.
-
-    Re-renders the golden's cell with the evaluator's byte provenance (render_traced) and looks up the span
-    covering the offset. Returns {"line", "construct", "source_line"} or {"unavailable": why}: the
-    evaluator's traced output must equal the golden byte for byte, otherwise its spans say nothing about it."""
-    try:
-        from runners.evaluator import ChatTemplate, origin_at
-    except Exception as exc:  # the evaluator is optional for checking; say so instead of guessing
-        return {"unavailable": f"attribution unavailable: runners.evaluator cannot be imported ({exc})"}
-    try:
-        traced = ChatTemplate(request.template).render_traced(
-            request.messages, tools=request.tools, documents=request.documents,
-            add_generation_prompt=request.add_generation_prompt, bos_token=request.bos_token,
-            eos_token=request.eos_token, kwargs=dict(request.kwargs), now=request.now,
-            continue_final_message=request.continue_final_message)
-    except Exception as exc:
-        return {"unavailable": f"attribution unavailable: the evaluator's traced render failed: "
-                               f"{type(exc).__name__}: {str(exc)[:200]}"}
-    if traced.data != golden.data:
-        return {"unavailable": "attribution unavailable: the evaluator's traced render differs from the golden"}
-    if offset >= len(golden.data):
-        # The engine's output is longer than the golden: the golden ended; blame what emitted its last byte.
-        if not golden.data:
-            return {"unavailable": "attribution unavailable: the golden is empty (the engine emitted extra bytes)"}
-        offset = len(golden.data) - 1
-        at_end = True
-    else:
-        at_end = False
-    try:
-        span = origin_at(traced.spans, offset)
-    except IndexError as exc:
-        return {"unavailable": f"attribution unavailable: {exc}"}
-    lines = request.template.splitlines()
-    source_line = lines[span.lineno - 1] if 0 < span.lineno <= len(lines) else ""
-    found = {"line": span.lineno, "construct": span.construct, "source_line": source_line[:400]}
-    if at_end:
-        found["at_golden_end"] = True
-    return found
 
 
 def summarize(results: Iterable[CellResult]) -> dict:

@@ -56,12 +56,33 @@ def golden_bytes(outcome: Outcome) -> tuple[str, bytes]:
 
 
 def read_golden(template_id: str, case_id: str, root: Optional[Path] = None) -> Optional[Golden]:
-    rendered, raised = cell_paths(template_id, case_id, root)
-    if rendered.exists():
-        return Golden("rendered", rendered.read_bytes())
-    if raised.exists():
-        return Golden("raised", raised.read_bytes())
+    # Plain strings and one open per kind: this runs once per cell per runner, so pathlib's cost showed.
+    base = os.path.join(root or goldens_dir(), template_id, case_id)
+    for kind, suffix in (("rendered", RENDERED_SUFFIX), ("raised", RAISED_SUFFIX)):
+        try:
+            with open(base + suffix, "rb") as handle:
+                return Golden(kind, handle.read())
+        except (FileNotFoundError, NotADirectoryError):
+            continue
     return None
+
+
+class GoldenStore:
+    """Goldens read once and then shared: the gate checks every runner against the same cells.
+
+    Safe to call from several threads (a race costs one duplicate read, never a wrong answer)."""
+
+    def __init__(self, root: Optional[Path] = None):
+        self.root = root
+        self._cache: dict = {}
+
+    def __call__(self, template_id: str, case_id: str) -> Optional[Golden]:
+        key = (template_id, case_id)
+        try:
+            return self._cache[key]
+        except KeyError:
+            golden = self._cache[key] = read_golden(template_id, case_id, self.root)
+            return golden
 
 
 def _umask_mode() -> int:

@@ -8,6 +8,9 @@ The reference's items compare with the goldens through syrupy (GoldenExtension),
 """
 from __future__ import annotations
 
+import threading
+from typing import Optional
+
 import pytest
 
 from runners import REFERENCE_RUNNER
@@ -24,6 +27,8 @@ def pytest_addoption(parser):
     group.addoption("--chatgold-granularity", choices=("template", "cell"), default="template",
                     help="one test item per template (default, fast) or per template x case")
     group.addoption("--chatgold-workers", type=int, default=2, help="engine processes per runner (default 2)")
+    group.addoption("--chatgold-parallel", type=int, default=3, metavar="N",
+                    help="runners rendering at the same time (default 3)")
     group.addoption("--chatgold-report", default=None, metavar="DIR",
                     help="write the divergence report (JSON, JUnit, Markdown, badges, HTML) into DIR at session end")
 
@@ -56,51 +61,206 @@ def select(config):
     return config._chatgold_selection
 
 
+class _Job:
+    """Work for the whole selection on a background thread; result() waits for it and re-raises its error."""
+
+    def __init__(self, name: str, work):
+        self._work = work
+        self._value = None
+        self._error: Optional[BaseException] = None
+        self._done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"chatgold-{name}", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self._value = self._work()
+        except BaseException as exc:  # handed to whoever waits for the result
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def result(self):
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+CAPABILITIES_JOB = "capabilities"
+
+
+def _job_cost(spec: Optional[str]) -> float:
+    if spec is None:
+        return 0.0
+    from runners import cost_hint
+
+    return 1.0 if spec == CAPABILITIES_JOB else cost_hint(spec)
+
+
 class GateSession:
-    """What the gate selected, and each runner's outcomes, computed once."""
+    """What the gate selected, and each runner's outcomes, computed once.
+
+    Every runner the collected tests need renders the whole selection on its own thread, `--chatgold-parallel`
+    of them at a time, so one engine's processes work while another's wait or the suite compares; engines
+    are judged (classified against goldens and expectations) on the same thread as soon as they finish."""
 
     def __init__(self, config):
+        from .goldens import GoldenStore
+
         self.config = config
         self.corpus, self.all_cases, self.templates, self.cases, self.full = select(config)
         self.workers = config.getoption("--chatgold-workers")
-        self._outcomes: dict = {}
+        self.goldens = GoldenStore()
+        self._slots = threading.BoundedSemaphore(max(1, config.getoption("--chatgold-parallel")))
+        self._lock = threading.Lock()
+        self._cells: Optional[list] = None
+        self._requests: Optional[dict] = None
+        self._jobs: dict = {}
         self._runners: dict = {}
 
     @property
-    def engine_specs(self) -> list[str]:
-        return [spec for spec in self.config.getoption("--chatgold-runner") if spec != REFERENCE_RUNNER]
+    def cells(self) -> list:
+        with self._lock:
+            if self._cells is None:
+                from .matrix import iter_cells
+
+                self._cells = list(iter_cells(self.templates, self.cases))
+            return self._cells
+
+    def requests(self) -> dict:
+        """(template id, case id) -> RenderRequest for the selection."""
+        cells = self.cells
+        with self._lock:
+            if self._requests is None:
+                self._requests = {(c.template.id, c.case.id): c.request for c in cells}
+            return self._requests
 
     def runner(self, spec: str):
-        if spec not in self._runners:
-            from runners import get_runner
+        with self._lock:
+            if spec not in self._runners:
+                from runners import get_runner
 
-            self._runners[spec] = get_runner(spec, workers=self.workers)
-        return self._runners[spec]
+                self._runners[spec] = get_runner(spec, workers=self.workers)
+            return self._runners[spec]
+
+    def start(self, specs) -> None:
+        """Begin rendering for these runner specs (and CAPABILITIES_JOB): the slowest per cell first, so the
+        longest job does not start last."""
+        for spec in sorted(specs, key=lambda spec: -_job_cost(spec)):
+            self._job(spec)
+
+    def _job(self, spec: str) -> _Job:
+        with self._lock:
+            job = self._jobs.get(spec)
+        if job is not None:
+            return job
+        cells = self.cells
+        if spec == CAPABILITIES_JOB:
+            # Its own reference runner: the probes render while the reference's matrix job uses the other one.
+            runner = self._capabilities_runner()
+            work = lambda: self._run_capabilities(runner)  # noqa: E731
+        else:
+            runner = self.runner(spec)  # built here, on the caller's thread (signal handlers, imports)
+            work = lambda: self._run_matrix(spec, runner, cells)  # noqa: E731
+        with self._lock:
+            job = self._jobs.get(spec)
+            if job is None:
+                job = self._jobs[spec] = _Job(spec, work)
+                job.thread.start()
+        return job
+
+    def _capabilities_runner(self):
+        with self._lock:
+            if CAPABILITIES_JOB not in self._runners:
+                from runners import get_runner
+
+                # One process: the probes are few, and another transformers start costs seconds of CPU.
+                self._runners[CAPABILITIES_JOB] = get_runner(REFERENCE_RUNNER, workers=1)
+            return self._runners[CAPABILITIES_JOB]
+
+    def _run_matrix(self, spec: str, runner, cells: list):
+        with self._slots:
+            outcomes = list(runner.render_many([c.request for c in cells]))
+        by_cell = {(c.template.id, c.case.id): o for c, o in zip(cells, outcomes)}
+        if spec == REFERENCE_RUNNER:
+            return by_cell, None
+        from .report.gate import classify_runner
+
+        return by_cell, classify_runner(runner, cells, outcomes, self.goldens)
+
+    def _run_capabilities(self, runner):
+        from .capabilities import compute_capabilities
+
+        with self._slots:
+            results, failures = compute_capabilities(self.templates, runner)
+        return results, dict(failures)
 
     def outcomes(self, spec: str) -> dict:
-        """(template id, case id) -> Outcome, for the whole selection, rendered on first use."""
-        if spec not in self._outcomes:
-            from .matrix import iter_cells
+        """(template id, case id) -> Outcome, for the whole selection."""
+        return self._job(spec).result()[0]
 
-            cells = list(iter_cells(self.templates, self.cases))
-            outcomes = self.runner(spec).render_many([c.request for c in cells])
-            self._outcomes[spec] = {(c.template.id, c.case.id): o for c, o in zip(cells, outcomes)}
-        return self._outcomes[spec]
+    def verdicts(self, spec: str):
+        """An engine's RunnerVerdicts for the whole selection."""
+        return self._job(spec).result()[1]
+
+    def capabilities(self) -> tuple:
+        """(template id -> capability record, template id -> probe failure), derived through the reference."""
+        return self._job(CAPABILITIES_JOB).result()
+
+    def checked_specs(self) -> list[str]:
+        """The engines whose matrix this session rendered (started), in start order."""
+        with self._lock:
+            return [spec for spec in self._jobs if spec not in (REFERENCE_RUNNER, CAPABILITIES_JOB)]
+
+    def attribute(self, results) -> None:
+        if results:
+            from .report.gate import attribute_session
+
+            attribute_session(self, results)
 
     def close(self) -> None:
-        for runner in self._runners.values():
+        with self._lock:
+            runners = list(self._runners.values())
+            self._runners.clear()
+        for runner in runners:
             runner.close()
-        self._runners.clear()
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "chatgold_gate: a conformance gate test (conformance/gate)")
+    config.addinivalue_line("markers", "chatgold_renders(*jobs): the session jobs a gate test reads (a runner "
+                                       "spec, or 'capabilities'), started together before the first test")
+
+
+def _item_jobs(item) -> list:
+    """The session jobs a test reads: its `chatgold_runner` parameter and its chatgold_renders marks."""
+    callspec = getattr(item, "callspec", None)
+    jobs = [callspec.params["chatgold_runner"]] if callspec and "chatgold_runner" in callspec.params else []
+    for mark in item.iter_markers("chatgold_renders"):
+        jobs.extend(mark.args)
+    return jobs
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Tests of quick jobs first: the slowest job's tests then come last, when its results are in, instead of
+    holding up everything behind them (pytest's sort is stable, so other tests keep their order)."""
+    items.sort(key=lambda item: max((_job_cost(job) for job in _item_jobs(item)), default=0.0))
+
+
+def pytest_collection_finish(session):
+    """Remember the jobs the selected tests need, so the session starts them all at once."""
+    needed = []
+    for item in session.items:
+        needed.extend(job for job in _item_jobs(item) if job not in needed)
+    session.config._chatgold_needed = needed
 
 
 @pytest.fixture(scope="session")
 def chatgold_session(request):
     session = GateSession(request.config)
     request.config._chatgold_session = session  # for pytest_sessionfinish (the report)
+    session.start(getattr(request.config, "_chatgold_needed", []))
     yield session
     if request.config.getoption("--chatgold-report"):
         from .report.gate import gate_capability_agreement
@@ -117,6 +277,12 @@ def pytest_sessionfinish(session):
 
         for path in write_gate_report(gate, directory):
             print(f"chatgold: wrote {path}")
+    if gate is not None:
+        # The session holds every outcome of every runner; pytest's exit runs gc.collect() several times,
+        # which walked all of them (seconds per run). They live until exit anyway: take them out of its way.
+        import gc
+
+        gc.freeze()
 
 
 def pytest_generate_tests(metafunc):

@@ -325,13 +325,12 @@ def check_one(state: State, cell: CheckRequest, attribute: bool) -> dict:
 
 
 def _attribution(template_id: str, case_id: str, offset: int, state: State) -> dict:
-    attribute = getattr(checkmod, "attribute_divergence", None)
-    if attribute is None:
-        return {"unavailable": "attribution unavailable: this chatgold has no conformance.check.attribute_divergence"}
+    from .attribution import attribute_divergence
+
     entry = state.corpus.by_id[template_id]
     request = state.cases[case_id].request(entry.source(), entry.bos_token, entry.eos_token, template_id=template_id)
     golden = read_golden(template_id, case_id)
-    return attribute(request, golden, offset)
+    return attribute_divergence(request, golden, offset)
 
 
 # --- app ----------------------------------------------------------------------------------------------------

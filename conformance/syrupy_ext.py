@@ -5,6 +5,8 @@ template id of the test item, so `pytest --snapshot-update` writes exactly the g
 """
 from __future__ import annotations
 
+import os
+from functools import lru_cache
 from pathlib import Path
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
@@ -14,6 +16,12 @@ from .goldens import goldens_dir
 
 # Where syrupy looks for a test item that holds no goldens (its snapshot discovery visits every item).
 NO_TEMPLATE_DIR = ".no-template"
+
+
+@lru_cache(maxsize=4096)
+def _golden_dirname(root: str, template_id: str) -> str:
+    # syrupy asks several times per assertion; the gate makes one assertion per cell.
+    return os.path.join(root, template_id)
 
 
 def _template_id(test_location) -> str:
@@ -27,7 +35,7 @@ class GoldenExtension(SingleFileSnapshotExtension):
 
     @classmethod
     def dirname(cls, *, test_location) -> str:
-        return str(goldens_dir() / _template_id(test_location))
+        return _golden_dirname(str(goldens_dir()), _template_id(test_location))
 
     @classmethod
     def discovery_dirname(cls, *, test_location) -> str:

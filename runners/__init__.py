@@ -35,6 +35,15 @@ def runner_names() -> list[str]:
     return sorted(BUILTIN_RUNNERS) + list(EXAMPLE_HARNESSES)
 
 
+def cost_hint(spec: str) -> float:
+    """The runner class's `cost_hint` for a spec, without starting anything."""
+    target = BUILTIN_RUNNERS.get(spec)
+    if target is None:
+        return Runner.cost_hint
+    module_name, class_name = target.split(":")
+    return getattr(getattr(importlib.import_module(module_name), class_name), "cost_hint", Runner.cost_hint)
+
+
 def get_runner(spec: str, **options) -> Runner:
     """Build a runner from a spec: a builtin name, an example harness name, or `command:<argv>`."""
     if spec.startswith("command:"):
@@ -57,5 +66,5 @@ def get_runner(spec: str, **options) -> Runner:
 
 __all__ = [
     "DEFAULT_NOW", "Errored", "Outcome", "Raised", "Rendered", "RenderRequest", "Runner", "RunnerUnavailable",
-    "Skipped", "get_runner", "runner_names", "REFERENCE_RUNNER", "BUILTIN_RUNNERS", "EXAMPLE_HARNESSES",
+    "Skipped", "cost_hint", "get_runner", "runner_names", "REFERENCE_RUNNER", "BUILTIN_RUNNERS", "EXAMPLE_HARNESSES",
 ]

@@ -107,7 +107,9 @@ class Runner:
     version: str = "unknown"
     language: str = "python"
     homepage: str = ""
-    # Cells per second are higher when a runner sees the whole batch (servers per template, pools).
+    # Rough time per cell relative to an in-process Jinja engine; a batch scheduler starts the slowest first.
+    cost_hint: float = 1.0
+
     def render(self, request: RenderRequest) -> Outcome:  # pragma: no cover - interface
         raise NotImplementedError
 

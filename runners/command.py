@@ -14,7 +14,6 @@ import subprocess
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Iterator, Optional, Sequence
 
 from .base import Errored, Outcome, RenderRequest, Runner, RunnerUnavailable, describe_exit, kill_process_group
@@ -219,24 +218,28 @@ class CommandRunner(Runner):
     def render(self, request: RenderRequest) -> Outcome:
         proc = self._idle.get()
         try:
-            if proc is None or not proc.alive():
-                if proc is not None:
-                    self._retire(proc)
-                try:
-                    proc = self._spawn()
-                except RunnerUnavailable as exc:
-                    proc = None
-                    return Errored(str(exc))
-            try:
-                return proc.render(request, self.timeout)
-            except HarnessFailure as exc:
-                detail = proc.stderr_tail()
-                self._retire(proc)
-                proc = None
-                self.restarts += 1
-                return Errored(f"{self.name}: {exc}", detail, timed_out=exc.timed_out)
+            proc, outcome = self._render_on(proc, request)
+            return outcome
         finally:
             self._idle.put(proc)
+
+    def _render_on(self, proc: Optional[HarnessProcess], request: RenderRequest) -> tuple:
+        """(the process to keep using, outcome): renders on `proc`, starting one first when there is none or
+        it died; a failure retires the process (None comes back) and costs only this cell."""
+        if proc is None or not proc.alive():
+            if proc is not None:
+                self._retire(proc)
+            try:
+                proc = self._spawn()
+            except RunnerUnavailable as exc:
+                return None, Errored(str(exc))
+        try:
+            return proc, proc.render(request, self.timeout)
+        except HarnessFailure as exc:
+            detail = proc.stderr_tail()
+            self._retire(proc)
+            self.restarts += 1
+            return None, Errored(f"{self.name}: {exc}", detail, timed_out=exc.timed_out)
 
     def _retire(self, proc: HarnessProcess) -> None:
         proc.kill()
@@ -245,14 +248,67 @@ class CommandRunner(Runner):
                 self._all.remove(proc)
 
     def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:
-        if self.workers == 1:
+        """Outcomes in request order. With several workers, each worker renders runs of cells that share a
+        template on its own process, so an engine that compiles and caches a template does so once per
+        template rather than once per process (measured: the evaluator spent a third of its time compiling)."""
+        requests = list(requests)
+        if self.workers == 1 or len(requests) < 2:
             yield from super().render_many(requests)
             return
-        with ThreadPoolExecutor(self.workers) as pool:
-            yield from pool.map(self.render, requests)
+        runs = _template_runs(requests, -(-len(requests) // self.workers))
+        work: "queue.SimpleQueue[int]" = queue.SimpleQueue()
+        for number in range(len(runs)):
+            work.put(number)
+        results: list = [None] * len(requests)
+        finished = [threading.Event() for _ in runs]  # runs are consecutive requests: one event each
+        abort = threading.Event()
+
+        def worker() -> None:
+            proc = self._idle.get()
+            try:
+                while not abort.is_set():
+                    try:
+                        number = work.get_nowait()
+                    except queue.Empty:
+                        return
+                    for index in runs[number]:
+                        if abort.is_set():
+                            results[index] = Errored(f"{self.name}: cell not rendered (interrupted)")
+                            continue
+                        try:
+                            proc, results[index] = self._render_on(proc, requests[index])
+                        except Exception as exc:  # a runner bug costs one cell, never the run
+                            results[index] = Errored(f"{self.name}: {type(exc).__name__}: {exc}")
+                    finished[number].set()
+            finally:
+                self._idle.put(proc)
+
+        threads = [threading.Thread(target=worker, name=f"{self.name}-worker", daemon=True)
+                   for _ in range(self.workers)]
+        for thread in threads:
+            thread.start()
+        try:
+            for number, run in enumerate(runs):
+                finished[number].wait()
+                for index in run:
+                    yield results[index]
+        finally:  # a consumer that stops early (or Ctrl-C): workers finish their current cell and leave
+            abort.set()
 
     def close(self) -> None:
         with self._lock:
             procs, self._all = self._all, []
         for proc in procs:
             proc.stop()
+
+
+def _template_runs(requests: list, longest: int) -> list:
+    """Indices of consecutive requests with the same template, cut at `longest` so that a small batch (one
+    template) still spreads over every worker."""
+    runs: list = []
+    for index, request in enumerate(requests):
+        if runs and requests[runs[-1][-1]].template == request.template and len(runs[-1]) < longest:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return runs

@@ -18,6 +18,14 @@ from .protocol import PROTOCOL_VERSION, encode, outcome_message, request_from_me
 DEFAULT_MEMORY_LIMIT = 4 * 1024**3
 
 
+def python_harness(module: str) -> tuple[list, dict]:
+    """argv and environment that run `python -m <module>` as a harness, importable from this checkout."""
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    existing = os.environ.get("PYTHONPATH")
+    env = dict(os.environ, PYTHONPATH=here + (os.pathsep + existing if existing else ""))
+    return [sys.executable, "-m", module], env
+
+
 def limit_memory(limit_bytes: int = DEFAULT_MEMORY_LIMIT) -> None:
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if hard != resource.RLIM_INFINITY:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextvars
 import datetime as _dt
 import os
-import sys
 from functools import lru_cache
 from typing import Optional
 
 from .base import Outcome, Raised, Rendered, RenderRequest
 from .command import CommandRunner
+from .harness import python_harness
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -114,16 +114,11 @@ class HFRunner(CommandRunner):
     homepage = "https://github.com/huggingface/transformers"
 
     def __init__(self, timeout: float = 20.0, workers: int = 1, **options):
-        env = dict(os.environ, PYTHONPATH=_import_root())
-        super().__init__([sys.executable, "-m", "runners.hf"], name="hf", timeout=timeout, workers=workers,
+        argv, env = python_harness("runners.hf")
+        super().__init__(argv, name="hf", timeout=timeout, workers=workers,
                          env=env, **options)
         self.version = _installed_version("transformers")
 
-
-def _import_root() -> str:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    existing = os.environ.get("PYTHONPATH")
-    return here + (os.pathsep + existing if existing else "")
 
 
 def _installed_version(dist: str) -> str:

@@ -16,14 +16,13 @@ Runs in a harness process (python -m runners.minijinja_runner) so a hostile temp
 from __future__ import annotations
 
 import json
-import os
 import re
-import sys
 from importlib.metadata import PackageNotFoundError, version as _dist_version
 from typing import Any, Optional
 
 from .base import Outcome, Raised, Rendered, RenderRequest, Skipped
 from .command import CommandRunner
+from .harness import python_harness
 
 HOMEPAGE = "https://github.com/mitsuhiko/minijinja"
 
@@ -62,6 +61,21 @@ def minijinja_literal(value: Any) -> str:
     raise TypeError(f"not JSON data: {type(value).__name__}")
 
 
+_LOADED: dict = {}  # (environment, name) -> the source last compiled under that name
+
+
+def load_template(env, name: str, source: str) -> None:
+    """env.add_template, skipped when that exact source is already loaded under the name: a batch renders a
+    template's cells one after another, so it compiles once instead of once per cell."""
+    key = (id(env), name)
+    loaded = _LOADED.get(key)
+    if loaded is not None and loaded[0] is env and loaded[1] == source:
+        return
+    _LOADED.pop(key, None)
+    env.add_template(name, source)
+    _LOADED[key] = (env, source)
+
+
 def render_native(env, source: str, context: dict, name: str = "chat_template") -> str:
     """Render `source` with `context` bound as *native* MiniJinja values, as a Rust embedder's serde data is.
 
@@ -69,7 +83,7 @@ def render_native(env, source: str, context: dict, name: str = "chat_template") 
     methods such as .pop(), mutation), which no Rust embedder exposes. So the data travels as literals in a
     root template that sets each variable and includes the chat template unchanged.
     """
-    env.add_template(name, source)  # a syntax error raises here
+    load_template(env, name, source)  # a syntax error raises here
     sets = []
     for key, value in context.items():
         if not _IDENTIFIER.match(key) or key in _RESERVED:
@@ -157,16 +171,11 @@ class MiniJinjaRunner(CommandRunner):
     homepage = HOMEPAGE
 
     def __init__(self, timeout: float = 20.0, workers: int = 1, **options):
-        env = dict(os.environ, PYTHONPATH=_import_root())
-        super().__init__([sys.executable, "-m", "runners.minijinja_runner"], name="minijinja", timeout=timeout,
+        argv, env = python_harness("runners.minijinja_runner")
+        super().__init__(argv, name="minijinja", timeout=timeout,
                          workers=workers, env=env, **options)
         self.version = minijinja_version()
 
-
-def _import_root() -> str:
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    existing = os.environ.get("PYTHONPATH")
-    return here + (os.pathsep + existing if existing else "")
 
 
 def main() -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.attribution import attribute_divergence
 from conformance.cases import load_cases
-from conformance.check import DIVERGED, attribute_divergence, check_cells
+from conformance.check import DIVERGED, check_cells
 from conformance.corpus import load_corpus
 from conformance.goldens import Golden, read_golden
 from conformance.matrix import iter_cells
@@ -54,3 +55,24 @@ def test_attribution_reports_an_evaluator_failure_instead_of_guessing(tojson_cel
     broken = dataclasses.replace(cell.request, template="{% for x in %}")
     found = attribute_divergence(broken, read_golden(cell.template.id, cell.case.id), 0)
     assert found["unavailable"].startswith("attribution unavailable: the evaluator's traced render failed")
+
+
+def test_attribution_in_worker_processes_equals_in_process(monkeypatch):
+    import copy
+
+    from conformance import attribution
+
+    cells = list(iter_cells(load_corpus().select(["qwen-qwen2.5-7b-instruct", "meta-llama-*3.1-8b-instruct"])[:3],
+                            load_cases()))
+    with get_runner("chatml-builtin", workers=2) as runner:
+        results = check_cells(runner, cells, attribute=False)
+    requests = {(c.template.id, c.case.id): c.request for c in cells}
+    pending = [(r, requests[(r.template_id, r.case_id)], read_golden(r.template_id, r.case_id))
+               for r in results if r.status == DIVERGED]
+    assert len({r.template_id for r, _, _ in pending}) >= 2, "the selection should diverge on several templates"
+    serial, parallel = copy.deepcopy(pending), copy.deepcopy(pending)
+    attribution.attribute_results(serial, processes=1)
+    monkeypatch.setattr(attribution, "PARALLEL_MIN_CELLS", 1)
+    attribution.attribute_results(parallel, processes=2)
+    assert [r.extra["attribution"] for r, _, _ in parallel] == [r.extra["attribution"] for r, _, _ in serial]
+    assert any("line" in r.extra["attribution"] for r, _, _ in serial)

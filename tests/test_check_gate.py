@@ -60,7 +60,11 @@ def test_gate_passes_with_the_baseline_and_fails_readably_when_it_disagrees(base
     done = _gate(env, tmp_path, tmp_path / "reports")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 passed" in done.stdout
-    assert json.loads((tmp_path / "reports" / "report.json").read_text())["unexpected"] == 0
+    report = json.loads((tmp_path / "reports" / "report.json").read_text())
+    assert report["unexpected"] == 0
+    # Attribution happens once at report time for every runner's diverged cells: the known tojson
+    # divergence is blamed on the tojson filter.
+    assert report["runners"]["minijinja"]["blamed_constructs"] == {"filter:tojson": 1}
 
     # A baseline whose recorded output differs from the engine's: the known divergence "changed".
     data["cells"][TEMPLATE][DIVERGED_CASE] = "diverged:0000000000000000"

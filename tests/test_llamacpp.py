@@ -267,3 +267,42 @@ def test_cli_engines_build_reports_the_cached_binary(llama_server_binary, capsys
 
     assert main(["engines", "build", "llama.cpp"]) == 0
     assert capsys.readouterr().out.strip() == str(llama_server_binary)
+
+
+def _preloads(pid: int) -> str:
+    with open(f"/proc/{pid}/environ", "rb") as handle:
+        env = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+    return env.get(b"LD_PRELOAD", b"").decode()
+
+
+def test_only_clock_reading_templates_get_libfaketime_and_every_server_gets_mimalloc(runner):
+    plain = req("P:{% for m in messages %}{{ m.content }}{% endfor %}", [{"role": "user", "content": "x"}])
+    clocked = req("C:{{ strftime_now('%Y') }}", [{"role": "user", "content": "x"}])
+    seen = {}
+    for request in (plain, clocked):
+        server = runner._acquire(("probe", request.template), request)
+        try:
+            seen[request.template[0]] = (_preloads(server.proc.pid), server.frozen_clock)
+        finally:
+            runner._release(("probe", request.template), server, keep=False)
+    assert "faketime" not in seen["P"][0] and seen["P"][1] is False
+    assert "faketime" in seen["C"][0] and seen["C"][1] is True
+    assert all("mimalloc" in preload for preload, _ in seen.values())
+    assert runner.describe()["allocator"].startswith("mimalloc")
+    assert runner.render(clocked) == Rendered("C:2025")
+
+
+def test_system_allocator_renders_the_same(llama_server_binary, monkeypatch):
+    from runners.llamacpp import allocator
+
+    requests = [req(LLAMA3, CHATS[0], bos=LLAMA3_BOS, eos=LLAMA3_EOS, agp=True), req(CHATML, CHATS[1])]
+    with LlamaCppRunner(workers=1) as with_mimalloc:
+        expected = list(with_mimalloc.render_many(requests))
+    allocator.find_mimalloc.cache_clear()
+    monkeypatch.setenv("CHATGOLD_LLAMACPP_MALLOC", "system")
+    try:
+        with LlamaCppRunner(workers=1) as with_glibc:
+            assert with_glibc.describe()["allocator"] == "glibc malloc"
+            assert list(with_glibc.render_many(requests)) == expected
+    finally:
+        allocator.find_mimalloc.cache_clear()

@@ -154,3 +154,41 @@ def test_the_worked_exchange_in_protocol_md_conforms():
             protocol_validate.check_request(message)
         else:
             protocol_validate.check("start-response" if "name" in message else "render-response", message)
+
+
+WHOAMI = os.path.join(os.path.dirname(__file__), "harnesses", "whoami.py")
+
+
+def _split(outcome):
+    template, _, pid = outcome.text.rpartition("@")
+    return template, int(pid)
+
+
+def test_cells_of_one_template_stay_on_one_process_and_order_is_kept():
+    requests = [RenderRequest(template=f"T{t}", messages=[{"role": "user", "content": str(c)}], case_id=str(c))
+                for t in range(6) for c in range(10)]
+    with CommandRunner([sys.executable, WHOAMI], workers=2) as runner:
+        outcomes = list(runner.render_many(requests))
+    assert [_split(o)[0] for o in outcomes] == [r.template for r in requests]
+    pids_per_template = {}
+    for outcome in outcomes:
+        template, pid = _split(outcome)
+        pids_per_template.setdefault(template, set()).add(pid)
+    assert all(len(pids) == 1 for pids in pids_per_template.values()), pids_per_template
+    assert len(set().union(*pids_per_template.values())) == 2  # both workers had templates
+
+
+def test_a_single_template_batch_still_uses_every_worker():
+    requests = [RenderRequest(template="T", messages=[{"role": "user", "content": str(c)}]) for c in range(10)]
+    with CommandRunner([sys.executable, WHOAMI], workers=2) as runner:
+        pids = [_split(o)[1] for o in runner.render_many(requests)]
+    assert len(set(pids)) == 2 and pids[:5] == [pids[0]] * 5 and pids[5:] == [pids[5]] * 5
+
+
+def test_a_consumer_that_stops_early_leaves_the_runner_usable():
+    requests = [RenderRequest(template=f"T{t}", messages=[{"role": "user", "content": "x"}]) for t in range(40)]
+    with CommandRunner([sys.executable, WHOAMI], workers=2) as runner:
+        stream = runner.render_many(requests)
+        assert _split(next(stream))[0] == "T0"
+        stream.close()
+        assert [_split(o)[0] for o in runner.render_many(requests[:4])] == ["T0", "T1", "T2", "T3"]

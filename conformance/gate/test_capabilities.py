@@ -5,22 +5,16 @@ import json
 
 import pytest
 
-from conformance.capabilities import capabilities_path, compute_capabilities, encode_capabilities, load_capabilities
-from runners import REFERENCE_RUNNER
+from conformance.capabilities import capabilities_path, encode_capabilities, load_capabilities
+from conformance.pytest_plugin import CAPABILITIES_JOB
 
 pytestmark = pytest.mark.chatgold_gate
 
 
-@pytest.fixture(scope="session")
-def derived_capabilities(chatgold_session):
-    """Capabilities of the session's selected templates, derived once through the reference runner."""
-    results, failures = compute_capabilities(chatgold_session.templates, chatgold_session.runner(REFERENCE_RUNNER))
-    return results, dict(failures)
-
-
-def test_reference_reproduces_capabilities(derived_capabilities, chatgold_template):
+@pytest.mark.chatgold_renders(CAPABILITIES_JOB)
+def test_reference_reproduces_capabilities(chatgold_session, chatgold_template):
     """The differential analysis over the pinned reference gives exactly the stored capability golden."""
-    results, failures = derived_capabilities
+    results, failures = chatgold_session.capabilities()
     assert chatgold_template not in failures, f"{chatgold_template}: the reference failed a probe: {failures[chatgold_template]}"
     stored = load_capabilities(chatgold_template)
     assert stored is not None, (f"{capabilities_path(chatgold_template)}: missing "

@@ -16,6 +16,7 @@ def _cases(session, chatgold_case):
     return [c for c in session.cases if chatgold_case is None or c.id == chatgold_case]
 
 
+@pytest.mark.chatgold_renders(REFERENCE_RUNNER)
 def test_reference_reproduces_goldens(chatgold_session, chatgold_template, chatgold_case, snapshot, request):
     """transformers, as pinned, still renders every golden byte for byte (refusals included)."""
     outcomes = chatgold_session.outcomes(REFERENCE_RUNNER)

@@ -20,9 +20,11 @@ def test_engine_matches_expectations(chatgold_session, chatgold_runner, chatgold
             continue
         result, verdict_name, expectation = verdicts.cells[(chatgold_template, case.id)]
         if verdict_name in FAILING_VERDICTS:
-            unexpected.append(explain(result, expectation, verdict_name))
+            unexpected.append((result, expectation, verdict_name))
         elif verdict_name == UNEXPECTED_PASS:
             news.append(explain(result, expectation, verdict_name))
+    chatgold_session.attribute([result for result, _, _ in unexpected])  # where it diverged, for the message
+    unexpected = [explain(*found) for found in unexpected]
     if news:
         # Good news is not a failure, but the baseline is stale: say so where pytest shows warnings.
         warnings.warn(f"{chatgold_runner} {chatgold_template}: {len(news)} known divergence(s) now pass "

@@ -47,6 +47,18 @@ def template_constructs(source: str) -> tuple[list, Optional[str]]:
     return [n for n in names if not n.startswith(SKIPPED_CONSTRUCT_FAMILIES)], None
 
 
+def _recorded_constructs() -> dict:
+    """sha256 -> construct names from templates/constructs.json (written with the corpus), or {}.
+
+    Computing an inventory costs about 90 ms a template; the report needs every template's, per runner."""
+    try:
+        from ..corpus import load_constructs
+
+        return load_constructs()
+    except (OSError, ValueError):
+        return {}
+
+
 def _bump(table: dict, key: str, result: CellResult) -> None:
     row = table.setdefault(key, {"cells": 0, "matches": 0, "diverged": 0})
     row["cells"] += 1
@@ -124,6 +136,8 @@ def runner_section(runner_info: dict, results: list, expectations: Expectations,
     blamed_lines = defaultdict(Counter)
     full_budget = FULL_RECORD_BUDGET
     known = defaultdict(dict)  # known divergences outside the budget, as "status[:fingerprint]"
+    recorded = _recorded_constructs()
+    per_template: dict = {}  # template id -> its cells' tallies, spread over its constructs after the loop
     for result in results:
         expectation = expectations.get(result.template_id, result.case_id)
         name = verdict(result, expectation)
@@ -132,12 +146,15 @@ def runner_section(runner_info: dict, results: list, expectations: Expectations,
             _bump(features, tag, result)
         entry = templates[result.template_id]
         if result.template_id not in construct_cache:
-            names, problem = template_constructs(entry.source())
-            if problem and problem.startswith("attribution unavailable"):
-                notes.add(problem)
+            names = recorded.get(entry.sha256)
+            if names is None:
+                names, problem = template_constructs(entry.source())
+                if problem and problem.startswith("attribution unavailable"):
+                    notes.add(problem)
+            else:
+                names = [n for n in names if not n.startswith(SKIPPED_CONSTRUCT_FAMILIES + ("error:",))]
             construct_cache[result.template_id] = names or ["(no inventory)"]
-        for construct in construct_cache[result.template_id]:
-            _bump(constructs, construct, result)
+        _bump(per_template, result.template_id, result)
         if name == EXPECTED_PASS:
             passed[result.template_id].append(result.case_id)
             continue
@@ -154,6 +171,11 @@ def runner_section(runner_info: dict, results: list, expectations: Expectations,
             golden_data = golden.data if golden else None
         _blame(result, blamed, blamed_lines, notes)
         cells.append(_cell_record(result, name, expectation, entry.source(), golden_data))
+    for template_id, tally in per_template.items():
+        for construct in construct_cache[template_id]:
+            row = constructs.setdefault(construct, {"cells": 0, "matches": 0, "diverged": 0})
+            for key in row:
+                row[key] += tally[key]
     summary = summarize(results)
     return {
         "runner": runner_info,

@@ -9,33 +9,40 @@ from pathlib import Path
 class RunnerVerdicts:
     """One runner's results for the gate's selection: (template, case) -> (CellResult, verdict, Expectation)."""
 
-    def __init__(self, section: dict, results: list, expectations):
+    def __init__(self, runner_info: dict, results: list, expectations):
         from ..expectations import verdict
 
-        self.section = section
+        self.runner_info = runner_info
+        self.results = results
+        self.expectations = expectations
         self.cells = {}
         for result in results:
             expectation = expectations.get(result.template_id, result.case_id)
             self.cells[(result.template_id, result.case_id)] = (result, verdict(result, expectation), expectation)
 
 
-def runner_verdicts(session, spec: str) -> RunnerVerdicts:
-    cache = session.__dict__.setdefault("_chatgold_verdicts", {})
-    if spec not in cache:
-        from ..check import check_cells
-        from ..expectations import load_expectations
-        from ..matrix import iter_cells
-        from . import runner_section
+def classify_runner(runner, cells: list, outcomes: list, goldens) -> RunnerVerdicts:
+    """Judge a runner's outcomes (one per cell, in order). Attribution is left for later, done for all runners
+    at once (attribute_session), because it costs more than everything else here."""
+    from ..check import check_cells
+    from ..expectations import load_expectations
 
-        outcomes = session.outcomes(spec)
-        runner = session.runner(spec)
-        cells = list(iter_cells(session.templates, session.cases))
-        results = check_cells(runner.name, cells, outcomes=[outcomes[(c.template.id, c.case.id)] for c in cells])
-        expectations = load_expectations(runner.name)
-        section = runner_section(runner.describe(), results, expectations,
-                                 {t.id: t for t in session.templates}, {c.id: c for c in session.cases})
-        cache[spec] = RunnerVerdicts(section, results, expectations)
-    return cache[spec]
+    results = check_cells(runner.name, cells, outcomes=outcomes, attribute=False, goldens=goldens)
+    return RunnerVerdicts(runner.describe(), results, load_expectations(runner.name))
+
+
+def runner_verdicts(session, spec: str) -> RunnerVerdicts:
+    return session.verdicts(spec)
+
+
+def attribute_session(session, results) -> None:
+    """Attribute the diverged results not attributed yet (one traced render per cell for all runners)."""
+    from ..attribution import attribute_results
+    from ..check import DIVERGED
+
+    requests = session.requests()
+    attribute_results((r, requests[(r.template_id, r.case_id)], session.goldens(r.template_id, r.case_id))
+                      for r in results if r.status == DIVERGED and "attribution" not in r.extra)
 
 
 AGREEMENT_KEY = "_chatgold_capability_agreement"
@@ -48,7 +55,7 @@ def gate_capability_agreement(session):
 
     if AGREEMENT_KEY not in session.__dict__:
         session.__dict__[AGREEMENT_KEY] = None
-        for spec in session.__dict__.get("_chatgold_verdicts", {}):
+        for spec in session.checked_specs():
             runner = session.runner(spec)
             if supports_capability_agreement(runner):
                 session.__dict__[AGREEMENT_KEY] = capability_agreement(session.templates, runner)
@@ -58,13 +65,24 @@ def gate_capability_agreement(session):
 
 def write_gate_report(session, directory) -> list:
     """All report outputs for the runners the session checked (called from pytest_sessionfinish)."""
-    from . import build_report, write_outputs
+    from . import build_report, runner_section, write_outputs
 
-    cache = session.__dict__.get("_chatgold_verdicts", {})
-    if not cache:
+    checked = {}
+    for spec in session.checked_specs():
+        try:
+            checked[spec] = session.verdicts(spec)
+        except Exception as exc:  # its tests already failed with this; the report covers the others
+            print(f"chatgold: {spec} left out of the report: {type(exc).__name__}: {exc}")
+    if not checked:
         return []
+    attribute_session(session, [r for v in checked.values() for r in v.results])
+    templates = {t.id: t for t in session.templates}
+    cases = {c.id: c for c in session.cases}
+    sections = {}
+    for spec, v in checked.items():
+        sections[v.runner_info.get("name", spec)] = runner_section(v.runner_info, v.results, v.expectations,
+                                                                   templates, cases)
     opt = session.config.getoption
-    sections = {v.section["runner"].get("name", spec): v.section for spec, v in cache.items()}
     selection = {"templates": opt("--chatgold-template"), "cases": opt("--chatgold-case"),
                  "features": opt("--chatgold-feature"), "shard": opt("--chatgold-shard"),
                  "template_count": len(session.templates), "case_count": len(session.cases)}

@@ -1,5 +1,9 @@
 """EvaluatorRunner: the evaluator behind the runners.base.Runner interface, rendering in-process.
 
+With workers > 1, render_many renders in that many harness processes (`python -m runners.evaluator.runner`)
+instead: a batch then uses every core, and the caller's interpreter stays free for its own work (the gate
+compares and reports while engines render). Single renders stay in-process.
+
 Outcomes map like the HF runner's: every template or input failure is Raised("<ExceptionType>: <message>")
 with the type name and message HF reports for the same input; a bound hit (time, output size) is Errored
 (timed_out=True for the time limit), because the reference would hang or run out of memory there.
@@ -7,6 +11,7 @@ with the type name and message HF reports for the same input; a bound hit (time,
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version as _dist_version
+from typing import Iterable, Iterator
 
 from ..base import Errored, Outcome, Raised, Rendered, RenderRequest, Runner
 from .environment import DEFAULT_MAX_OUTPUT, DEFAULT_TIME_LIMIT
@@ -21,9 +26,12 @@ class EvaluatorRunner(Runner):
     language = "python"
     homepage = ""
 
-    def __init__(self, timeout: float = DEFAULT_TIME_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT, **_options):
+    def __init__(self, timeout: float = DEFAULT_TIME_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT, workers: int = 1,
+                 **_options):
         self.timeout = timeout
         self.max_output = max_output
+        self.workers = max(1, workers)
+        self._isolated = None
         try:
             jinja_version = _dist_version("jinja2")
         except PackageNotFoundError:  # pragma: no cover - jinja2 is a hard dependency
@@ -47,3 +55,34 @@ class EvaluatorRunner(Runner):
         except MemoryError:
             return Errored(f"{request.cell()}: memory exhausted while rendering")
         return Rendered(text)
+
+    def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:
+        if self.workers == 1:
+            yield from super().render_many(requests)
+            return
+        if self._isolated is None:
+            from ..command import CommandRunner
+            from ..harness import python_harness
+
+            argv, env = python_harness("runners.evaluator.runner")
+            # The process timeout only backs up the evaluator's own time bound, which reports first.
+            self._isolated = CommandRunner(argv, name=self.name, workers=self.workers, timeout=self.timeout + 10,
+                                           env=env)
+        yield from self._isolated.render_many(requests)
+
+    def close(self) -> None:
+        if self._isolated is not None:
+            self._isolated.close()
+            self._isolated = None
+
+
+def main() -> None:
+    from ..harness import serve
+
+    runner = EvaluatorRunner()
+    serve({"name": runner.name, "version": runner.version, "language": runner.language,
+           "homepage": runner.homepage}, runner.render)
+
+
+if __name__ == "__main__":
+    main()

@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from runners.base import Raised, Rendered, Skipped  # noqa: E402
 from runners.harness import serve  # noqa: E402
-from runners.minijinja_runner import error_text, minijinja_version, render_native  # noqa: E402
+from runners.minijinja_runner import error_text, load_template, minijinja_version, render_native  # noqa: E402
 
 # MiniJinja pycompat methods (measured on minijinja 3.1.0) that ferrox's python_method does not provide.
 NOT_IN_FERROX = {
@@ -193,6 +193,7 @@ class Ferrox:
         from minijinja import Environment
 
         self.now = None
+        self._rewritten = (None, None)
         self.env = Environment(undefined_behavior="lenient", pycompat=True, debug=False,
                                globals={"raise_exception": self.raise_exception, "strftime_now": self.strftime_now},
                                filters={"tojson": tojson})
@@ -228,9 +229,13 @@ class Ferrox:
                 context[name] = token
         moment = dt.datetime.fromisoformat(request.now.replace("Z", "+00:00"))
         self.now = moment.astimezone(dt.timezone.utc) if moment.tzinfo else moment
-        source = restrict_methods(request.template)
+        if request.template != self._rewritten[0]:
+            # The rewrite is a Python-level scan: once per template, not per cell (the runner sends a
+            # template's cells to one process in a row).
+            self._rewritten = (request.template, restrict_methods(request.template))
+        source = self._rewritten[1]
         try:
-            self.env.add_template("chat", source)
+            load_template(self.env, "chat", source)
         except TemplateError as exc:
             return Raised(f"chat template does not compile: {exc.message}")
         try:
