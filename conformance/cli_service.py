@@ -170,6 +170,6 @@ def register(sub) -> None:
 
     p = sub.add_parser("identify", help="identify the chat templates inside GGUF files (reads headers only)")
     p.add_argument("paths", nargs="+", metavar="MODEL.gguf")
-    p.add_argument("--report", metavar="PATH", help="JSON report with runner results (default reports/latest.json)")
+    p.add_argument("--report", metavar="PATH", help="JSON report with runner results (default reports/report.json, as `tox -e conformance` writes it)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.set_defaults(func=cmd_identify)

@@ -14,7 +14,7 @@ from runners.gguf_header import read_header
 from .check import PASSING
 from .corpus import Corpus, sha256_text
 
-DEFAULT_REPORT = Path("reports") / "latest.json"
+DEFAULT_REPORT = Path("reports") / "report.json"  # what `tox -e conformance` writes
 
 
 @dataclass
@@ -39,7 +39,8 @@ def runner_results(report: Optional[dict]) -> dict:
 
     Reads the JSON report (schemas/report.schema.json): per runner under "runners", the listed "cells"
     (records with "template" and "status") plus "passed" ({template: [case ids]} of cells left out of "cells"
-    because they pass as expected). Flat cell records ({"runner", "template", "status"}) under a top-level
+    because they pass as expected) and "known" ({template: {case id: "status[:fingerprint]"}}, known
+    divergences left out of "cells"). Flat cell records ({"runner", "template", "status"}) under a top-level
     "results" or "cells" are read too. Anything else yields {} (no numbers shown)."""
     if not isinstance(report, dict):
         return {}
@@ -61,6 +62,12 @@ def runner_results(report: Optional[dict]) -> dict:
                         for case_id in case_ids if isinstance(case_ids, list) else []:
                             records.append({"runner": name, "template": template, "case": case_id,
                                             "status": "match"})
+                known = body.get("known")  # known divergences past the report's full-record budget
+                if isinstance(known, dict):
+                    for template, cases in known.items():
+                        for case_id, status in cases.items() if isinstance(cases, dict) else ():
+                            records.append({"runner": name, "template": template, "case": case_id,
+                                            "status": str(status).split(":", 1)[0]})
     table: dict = {}
     for item in records:
         if not isinstance(item, dict) or not {"runner", "template", "status"} <= item.keys():

@@ -55,7 +55,7 @@ def test_known_and_unknown_templates_in_one_file(tmp_path):
     assert findings["tool_use"].corpus_id is None
     assert findings["tool_use"].key == "tokenizer.chat_template.tool_use"
 
-    done = _identify(str(path), cwd=tmp_path)  # no reports/latest.json here: tolerated
+    done = _identify(str(path), cwd=tmp_path)  # no reports/report.json here: tolerated
     assert done.returncode == 0, done.stderr
     assert f"corpus: {KNOWN}  family: {known.family}" in done.stdout
     assert "unknown: not in the corpus" in done.stdout and f"chatgold corpus import {path}" in done.stdout
@@ -108,3 +108,14 @@ def test_real_vocab_ggufs_of_llama_cpp(llamacpp_models):
                 assert corpus.get(finding.corpus_id).sha256 == finding.sha256
     # The corpus imports llama.cpp's vocab GGUFs, so the templates they embed are known to it.
     assert matched, [m.name for m in models]
+
+
+def test_runner_results_count_every_cell_of_a_gate_report():
+    from conformance.identify import runner_results
+
+    report = {"runners": {"minijinja": {
+        "cells": [{"template": "t", "case": "a", "status": "diverged"}],
+        "passed": {"t": ["b", "c"]},
+        "known": {"t": {"d": "diverged:0123456789abcdef", "e": "engine-raised"}},
+    }}}
+    assert runner_results(report) == {"t": {"minijinja": {"cells": 5, "passed": 2, "conformance": 40.0}}}
