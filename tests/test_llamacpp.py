@@ -227,7 +227,9 @@ def test_bad_source_archive_is_refused_with_a_clear_error(tmp_path, monkeypatch)
 
 
 CHILD = r"""
-import sys, time
+import signal, sys, time
+# As in a terminal: a parent started in the background (nohup, `cmd &` in a script) hands down SIGINT ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from runners.base import RenderRequest
 from runners.llamacpp import LlamaCppRunner
 r = LlamaCppRunner()
