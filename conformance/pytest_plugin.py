@@ -87,6 +87,7 @@ class _Job:
 
 
 CAPABILITIES_JOB = "capabilities"
+AGREEMENT_JOB = "capability-agreement"
 
 
 def _job_cost(spec: Optional[str]) -> float:
@@ -116,7 +117,8 @@ class GateSession:
         self._cells: Optional[list] = None
         self._requests: Optional[dict] = None
         self._jobs: dict = {}
-        self._runners: dict = {}
+        self._runners: dict = {}  # (spec, role) -> runner
+        self._agreement_spec: Optional[str] = None
 
     @property
     def cells(self) -> list:
@@ -135,19 +137,31 @@ class GateSession:
                 self._requests = {(c.template.id, c.case.id): c.request for c in cells}
             return self._requests
 
-    def runner(self, spec: str):
+    def runner(self, spec: str, role: Optional[str] = None, workers: Optional[int] = None):
+        """The session's runner for a spec. A side job names its own `role`: a second instance, so the job
+        renders while the spec's matrix job uses the first."""
         with self._lock:
-            if spec not in self._runners:
+            if (spec, role) not in self._runners:
                 from runners import get_runner
 
-                self._runners[spec] = get_runner(spec, workers=self.workers)
-            return self._runners[spec]
+                self._runners[(spec, role)] = get_runner(spec, workers=workers or self.workers)
+            return self._runners[(spec, role)]
 
     def start(self, specs) -> None:
         """Begin rendering for these runner specs (and CAPABILITIES_JOB): the slowest per cell first, so the
-        longest job does not start last."""
-        for spec in sorted(specs, key=lambda spec: -_job_cost(spec)):
+        longest job does not start last. With a report to write, llama.cpp's capability agreement becomes a
+        job too, rather than a serial tail after the last test (about a minute for the whole corpus)."""
+        specs = sorted(specs, key=lambda spec: -_job_cost(spec))
+        for spec in specs:
             self._job(spec)
+        if self.config.getoption("--chatgold-report"):
+            from .report import supports_capability_agreement
+
+            engines = [spec for spec in specs if spec not in (REFERENCE_RUNNER, CAPABILITIES_JOB)]
+            self._agreement_spec = next((spec for spec in engines
+                                         if supports_capability_agreement(self.runner(spec))), None)
+            if self._agreement_spec is not None:
+                self._job(AGREEMENT_JOB)
 
     def _job(self, spec: str) -> _Job:
         with self._lock:
@@ -155,12 +169,16 @@ class GateSession:
         if job is not None:
             return job
         cells = self.cells
+        # Runners are built here, on the caller's thread (signal handlers, imports).
         if spec == CAPABILITIES_JOB:
-            # Its own reference runner: the probes render while the reference's matrix job uses the other one.
-            runner = self._capabilities_runner()
+            # One process: the probes are few, and another transformers start costs seconds of CPU.
+            runner = self.runner(REFERENCE_RUNNER, role=CAPABILITIES_JOB, workers=1)
             work = lambda: self._run_capabilities(runner)  # noqa: E731
+        elif spec == AGREEMENT_JOB:
+            runner = self.runner(self._agreement_spec, role=AGREEMENT_JOB)
+            work = lambda: self._run_agreement(runner)  # noqa: E731
         else:
-            runner = self.runner(spec)  # built here, on the caller's thread (signal handlers, imports)
+            runner = self.runner(spec)
             work = lambda: self._run_matrix(spec, runner, cells)  # noqa: E731
         with self._lock:
             job = self._jobs.get(spec)
@@ -168,15 +186,6 @@ class GateSession:
                 job = self._jobs[spec] = _Job(spec, work)
                 job.thread.start()
         return job
-
-    def _capabilities_runner(self):
-        with self._lock:
-            if CAPABILITIES_JOB not in self._runners:
-                from runners import get_runner
-
-                # One process: the probes are few, and another transformers start costs seconds of CPU.
-                self._runners[CAPABILITIES_JOB] = get_runner(REFERENCE_RUNNER, workers=1)
-            return self._runners[CAPABILITIES_JOB]
 
     def _run_matrix(self, spec: str, runner, cells: list):
         with self._slots:
@@ -195,6 +204,18 @@ class GateSession:
             results, failures = compute_capabilities(self.templates, runner)
         return results, dict(failures)
 
+    def _run_agreement(self, runner):
+        from .report import capability_agreement
+
+        with self._slots:
+            return capability_agreement(self.templates, runner)
+
+    def agreement(self) -> Optional[dict]:
+        """llama.cpp's capability agreement over the selection, for the report; None when not computed."""
+        with self._lock:
+            job = self._jobs.get(AGREEMENT_JOB)
+        return job.result() if job is not None else None
+
     def outcomes(self, spec: str) -> dict:
         """(template id, case id) -> Outcome, for the whole selection."""
         return self._job(spec).result()[0]
@@ -210,7 +231,7 @@ class GateSession:
     def checked_specs(self) -> list[str]:
         """The engines whose matrix this session rendered (started), in start order."""
         with self._lock:
-            return [spec for spec in self._jobs if spec not in (REFERENCE_RUNNER, CAPABILITIES_JOB)]
+            return [spec for spec in self._jobs if spec not in (REFERENCE_RUNNER, CAPABILITIES_JOB, AGREEMENT_JOB)]
 
     def attribute(self, results) -> None:
         if results:
@@ -262,10 +283,7 @@ def chatgold_session(request):
     request.config._chatgold_session = session  # for pytest_sessionfinish (the report)
     session.start(getattr(request.config, "_chatgold_needed", []))
     yield session
-    if request.config.getoption("--chatgold-report"):
-        from .report.gate import gate_capability_agreement
-
-        gate_capability_agreement(session)  # while the llamacpp runner is still open
+    session.agreement()  # its runner must stay open until it is done
     session.close()
 
 

@@ -61,17 +61,18 @@ def minijinja_literal(value: Any) -> str:
     raise TypeError(f"not JSON data: {type(value).__name__}")
 
 
-_LOADED: dict = {}  # (environment, name) -> the source last compiled under that name
+# (id of the environment, name) -> (the environment, kept alive so its id stays its own; the source last
+# compiled under that name)
+_LOADED: dict = {}
 
 
 def load_template(env, name: str, source: str) -> None:
     """env.add_template, skipped when that exact source is already loaded under the name: a batch renders a
     template's cells one after another, so it compiles once instead of once per cell."""
     key = (id(env), name)
-    loaded = _LOADED.get(key)
-    if loaded is not None and loaded[0] is env and loaded[1] == source:
+    if _LOADED.get(key, (None, None))[1] == source:
         return
-    _LOADED.pop(key, None)
+    _LOADED.pop(key, None)  # a compile error below must not leave the old source recorded
     env.add_template(name, source)
     _LOADED[key] = (env, source)
 
@@ -175,7 +176,6 @@ class MiniJinjaRunner(CommandRunner):
         super().__init__(argv, name="minijinja", timeout=timeout,
                          workers=workers, env=env, **options)
         self.version = minijinja_version()
-
 
 
 def main() -> None:

@@ -32,19 +32,22 @@ TEMPLATE_CONTEXT = 3  # template lines shown around an attributed line
 SKIPPED_CONSTRUCT_FAMILIES = ("var:", "text:")
 
 
-def template_constructs(source: str) -> tuple[list, Optional[str]]:
-    """(construct names, problem): the evaluator's inventory, or why it is unavailable."""
-    try:
-        # The submodule, not the package attribute: importing runners.evaluator.inventory rebinds the
-        # package's `inventory` name to the submodule (the function and the module share a name).
-        from runners.evaluator.inventory import inventory
-    except Exception as exc:
-        return [], f"attribution unavailable: runners.evaluator cannot be imported ({exc})"
-    try:
-        names = inventory(source).names()
-    except Exception as exc:
-        return [], f"inventory unavailable: {type(exc).__name__}: {str(exc)[:200]}"
-    return [n for n in names if not n.startswith(SKIPPED_CONSTRUCT_FAMILIES)], None
+def template_constructs(source: str, recorded: Optional[list] = None) -> tuple[list, Optional[str]]:
+    """(construct names, problem): the names recorded with the corpus (templates/constructs.json, where an
+    "error:" name marks a failed inventory) when given, else the evaluator's inventory, or why it is
+    unavailable."""
+    if recorded is None:
+        try:
+            # The submodule, not the package attribute: importing runners.evaluator.inventory rebinds the
+            # package's `inventory` name to the submodule (the function and the module share a name).
+            from runners.evaluator.inventory import inventory
+        except Exception as exc:
+            return [], f"attribution unavailable: runners.evaluator cannot be imported ({exc})"
+        try:
+            recorded = inventory(source).names()
+        except Exception as exc:
+            return [], f"inventory unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+    return [n for n in recorded if not n.startswith(SKIPPED_CONSTRUCT_FAMILIES + ("error:",))], None
 
 
 def _recorded_constructs() -> dict:
@@ -146,13 +149,10 @@ def runner_section(runner_info: dict, results: list, expectations: Expectations,
             _bump(features, tag, result)
         entry = templates[result.template_id]
         if result.template_id not in construct_cache:
-            names = recorded.get(entry.sha256)
-            if names is None:
-                names, problem = template_constructs(entry.source())
-                if problem and problem.startswith("attribution unavailable"):
-                    notes.add(problem)
-            else:
-                names = [n for n in names if not n.startswith(SKIPPED_CONSTRUCT_FAMILIES + ("error:",))]
+            known_names = recorded.get(entry.sha256)
+            names, problem = template_constructs(entry.source() if known_names is None else "", known_names)
+            if problem and problem.startswith("attribution unavailable"):
+                notes.add(problem)
             construct_cache[result.template_id] = names or ["(no inventory)"]
         _bump(per_template, result.template_id, result)
         if name == EXPECTED_PASS:
@@ -355,6 +355,7 @@ def write_outputs(report: dict, json_path=None, junit_path=None, markdown_path=N
     from . import html, render
 
     written = []
+
     def write_text(path, produce) -> None:
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)

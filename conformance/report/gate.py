@@ -45,24 +45,6 @@ def attribute_session(session, results) -> None:
                       for r in results if r.status == DIVERGED and "attribution" not in r.extra)
 
 
-AGREEMENT_KEY = "_chatgold_capability_agreement"
-
-
-def gate_capability_agreement(session):
-    """llama.cpp's capability agreement over the gate's templates, computed once with the session's own
-    llamacpp runner (so its servers are reused); None when no checked runner is llama.cpp."""
-    from . import capability_agreement, supports_capability_agreement
-
-    if AGREEMENT_KEY not in session.__dict__:
-        session.__dict__[AGREEMENT_KEY] = None
-        for spec in session.checked_specs():
-            runner = session.runner(spec)
-            if supports_capability_agreement(runner):
-                session.__dict__[AGREEMENT_KEY] = capability_agreement(session.templates, runner)
-                break
-    return session.__dict__[AGREEMENT_KEY]
-
-
 def write_gate_report(session, directory) -> list:
     """All report outputs for the runners the session checked (called from pytest_sessionfinish)."""
     from . import build_report, runner_section, write_outputs
@@ -86,9 +68,7 @@ def write_gate_report(session, directory) -> list:
     selection = {"templates": opt("--chatgold-template"), "cases": opt("--chatgold-case"),
                  "features": opt("--chatgold-feature"), "shard": opt("--chatgold-shard"),
                  "template_count": len(session.templates), "case_count": len(session.cases)}
-    agreement = gate_capability_agreement(session)
-    session.close()  # a no-op after the session fixture's teardown; closes a runner reopened just above
-    report = build_report(sections, selection, agreement)
+    report = build_report(sections, selection, session.agreement())
     directory = Path(directory)
     return write_outputs(report, directory / "report.json", directory / "junit.xml", directory / "summary.md",
                          directory / "badges", directory / "report.html")

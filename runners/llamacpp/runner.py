@@ -30,7 +30,6 @@ CLOCK_PROBE_EXPECTED = "2031-02-03 04:05:06|03 Feb 2031"
 CLOCK_WORDS = ("strftime_now", "date_string", "datetime")
 
 
-
 def reads_clock(template: str) -> bool:
     """Whether llama.cpp's clock can reach this template's output: only through these names (a mention in a
     comment or string counts too, which errs on the safe side)."""

@@ -39,26 +39,28 @@ class _Connection:
 
     def request(self, method: str, path: str, body: Optional[bytes], timeout: float) -> tuple:
         """(status, body bytes). Raises OSError / http.client.HTTPException (socket.timeout on a timeout)."""
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        for attempt in (1, 2):
-            fresh = self._conn is None
-            if fresh:
-                self._conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-            try:
-                if self._conn.sock is not None:
-                    self._conn.sock.settimeout(timeout)
-                self._conn.request(method, path, body=body, headers=headers)
-                response = self._conn.getresponse()
-                return response.status, response.read()
-            except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine):
-                self.close()
-                if fresh or attempt == 2:
-                    raise
-                # the server closed an idle keep-alive connection: once more on a fresh one
-            except BaseException:
-                self.close()
+        reused = self._conn is not None
+        try:
+            return self._exchange(method, path, body, timeout)
+        except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine):
+            if not reused:
                 raise
-        raise AssertionError("unreachable")
+        # The server closed an idle keep-alive connection: once more, on a fresh one.
+        return self._exchange(method, path, body, timeout)
+
+    def _exchange(self, method: str, path: str, body: Optional[bytes], timeout: float) -> tuple:
+        if self._conn is None:
+            self._conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        try:
+            if self._conn.sock is not None:
+                self._conn.sock.settimeout(timeout)
+            headers = {"Content-Type": "application/json"} if body is not None else {}
+            self._conn.request(method, path, body=body, headers=headers)
+            response = self._conn.getresponse()
+            return response.status, response.read()
+        except BaseException:
+            self.close()  # a failed exchange leaves the connection in an unknown state
+            raise
 
     def close(self) -> None:
         if self._conn is not None:
