@@ -121,7 +121,7 @@ def run_gate(selection: list, report_dir: Path) -> dict:
 
 def llamacpp_selection() -> tuple:
     from bench_matrix import llamacpp_set
-    from conformance.corpus import load_corpus
+    from conformance.corpus.manifest import load_corpus
 
     templates = llamacpp_set(load_corpus())
     selection = []
@@ -137,8 +137,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
 
-    from conformance.cases import load_cases
-    from conformance.corpus import load_corpus
+    from conformance.corpus.cases import load_cases
+    from conformance.corpus.manifest import load_corpus
 
     if args.set == "llamacpp":
         count, selection = llamacpp_selection()

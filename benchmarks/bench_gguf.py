@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def run(limit: int) -> dict:
     import gguf
 
-    from conformance.sources import llamacpp, source_root
+    from conformance.corpus.sources import llamacpp, source_root
     from runners.gguf_header import read_header
 
     files = sorted(Path(source_root(llamacpp.SOURCE)).rglob("*.gguf"))[:limit]

@@ -42,7 +42,7 @@ def corpus_templates(limit: int) -> tuple:
 
 
 def load_case_list(limit: int) -> list:
-    from conformance.cases import load_cases
+    from conformance.corpus.cases import load_cases
 
     return load_cases()[:limit]
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from conformance.cases import load_cases  # noqa: E402
-from conformance.attribution import attribute_results  # noqa: E402
-from conformance.check import DIVERGED, check_cells, summarize  # noqa: E402
-from conformance.goldens import read_golden  # noqa: E402
-from conformance.corpus import load_corpus  # noqa: E402
-from conformance.matrix import iter_cells  # noqa: E402
+from conformance.corpus.cases import load_cases  # noqa: E402
+from conformance.judge.attribution import attribute_results  # noqa: E402
+from conformance.judge.status import DIVERGED, check_cells, summarize  # noqa: E402
+from conformance.judge.goldens import read_golden  # noqa: E402
+from conformance.corpus.manifest import load_corpus  # noqa: E402
+from conformance.judge.pipeline import iter_cells  # noqa: E402
 
 DEFAULT_RUNNERS = ["hf", "minijinja", "hfjs", "evaluator"]
 REPEATS = 3

@@ -25,7 +25,7 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from conformance.goldens import read_golden  # noqa: E402
+from conformance.judge.goldens import read_golden  # noqa: E402
 
 TEMPLATE, CASE = "01-ai-yi-1.5-9b-chat", "chat-system"
 

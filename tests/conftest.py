@@ -7,7 +7,7 @@ import pytest
 
 
 def _cached_root(source) -> Path:
-    from conformance.sources import LocalSource, cache_dir, sha256_file
+    from conformance.corpus.sources import LocalSource, cache_dir, sha256_file
 
     if isinstance(source, LocalSource):
         return source.root()
@@ -28,7 +28,7 @@ def cached_source_root():
 
 @pytest.fixture(scope="session")
 def llamacpp_models(cached_source_root) -> Path:
-    from conformance.sources.llamacpp import MODELS_DIR, SOURCE
+    from conformance.corpus.sources.llamacpp import MODELS_DIR, SOURCE
 
     root = cached_source_root(SOURCE)
     (base,) = [p for p in root.iterdir() if p.is_dir()]

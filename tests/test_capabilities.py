@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from conformance import capabilities as cap
-from conformance.corpus import load_corpus
+from conformance.analysis import capabilities as cap
+from conformance.corpus.manifest import load_corpus
 from runners.hf import HFRunner
 
 KNOWN = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.cases import CASES_DIR, Case, CaseError, load_case, load_cases
+from conformance.corpus.cases import CASES_DIR, Case, CaseError, load_case, load_cases
 from runners.base import DEFAULT_NOW
 
 FEATURES_PATH = CASES_DIR.parent / "features.json"

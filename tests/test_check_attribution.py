@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.attribution import attribute_divergence
-from conformance.cases import load_cases
-from conformance.check import DIVERGED, check_cells
-from conformance.corpus import load_corpus
-from conformance.goldens import Golden, read_golden
-from conformance.matrix import iter_cells
+from conformance.judge.attribution import attribute_divergence
+from conformance.corpus.cases import load_cases
+from conformance.judge.status import DIVERGED, check_cells
+from conformance.corpus.manifest import load_corpus
+from conformance.judge.goldens import Golden, read_golden
+from conformance.judge.pipeline import iter_cells
 from runners import get_runner
 
 TEMPLATE = "ai21labs-ai21-jamba-reasoning-3b"  # dumps each tool with `tool | tojson`
@@ -60,7 +60,7 @@ def test_attribution_reports_an_evaluator_failure_instead_of_guessing(tojson_cel
 def test_attribution_in_worker_processes_equals_in_process(monkeypatch):
     import copy
 
-    from conformance import attribution
+    from conformance.judge import attribution
 
     cells = list(iter_cells(load_corpus().select(["qwen-qwen2.5-7b-instruct", "meta-llama-*3.1-8b-instruct"])[:3],
                             load_cases()))

@@ -29,7 +29,7 @@ def _plugin_args():
     from importlib.metadata import entry_points
 
     installed = any(e.name == "chatgold" for e in entry_points(group="pytest11"))
-    return [] if installed else ["-p", "conformance.pytest_plugin"]
+    return [] if installed else ["-p", "conformance.gate.plugin"]
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ import shutil
 import gguf
 import pytest
 
-from conformance.corpus import CorpusError, build_corpus, import_files, load_corpus, manifest_path, templates_dir
+from conformance.corpus.manifest import CorpusError, build_corpus, import_files, load_corpus, manifest_path, templates_dir
 from runners.gguf_header import GGUFHeaderError
 
 
@@ -44,7 +44,7 @@ def test_spine_sources_are_all_present(corpus):
 
 
 def test_build_reproduces_the_committed_corpus(tmp_path, monkeypatch, cached_source_root):
-    import conformance.corpus as corpus_module
+    import conformance.corpus.manifest as corpus_module
 
     # Read sources from the cache only (tests never download).
     monkeypatch.setattr(corpus_module, "source_root", cached_source_root)

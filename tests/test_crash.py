@@ -115,7 +115,7 @@ def _sandbox(tmp_path: Path, templates: list[str]) -> Path:
 
 
 def test_kill_goldens_update_midway(tmp_path):
-    from conformance.corpus import load_corpus
+    from conformance.corpus.manifest import load_corpus
 
     known = {e.id for e in load_corpus().entries}
     templates = [t for t in TEMPLATES if t in known]
@@ -154,8 +154,8 @@ def test_kill_goldens_update_midway(tmp_path):
         states["old" if data == OLD else "new"] += 1
     assert states["new"] >= 1 and states["old"] >= 1, states
     # Anything else left in the golden tree (an interrupted write's temp file) is caught by the orphan check.
-    from conformance.cases import load_cases
-    from conformance.goldens import find_orphans
+    from conformance.corpus.cases import load_cases
+    from conformance.judge.goldens import find_orphans
 
     leftovers = [p for d in templates for p in (root / "goldens" / d).iterdir()
                  if p not in new and p.name != "capabilities.json"]

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from conformance.check import CellResult
-from conformance.expectations import (CHANGED, EXPECTED_FAIL, EXPECTED_PASS, UNEXPECTED_FAIL, UNEXPECTED_PASS,
+from conformance.judge.status import CellResult
+from conformance.judge.expectations import (CHANGED, EXPECTED_FAIL, EXPECTED_PASS, UNEXPECTED_FAIL, UNEXPECTED_PASS,
                                       Expectation, ExpectationsError, explain, load_expectations,
                                       update_expectations, verdict)
 
@@ -73,7 +73,7 @@ def test_reference_and_evaluator_cannot_have_expectations(tmp_path):
 
 
 def test_a_template_failing_every_case_is_stored_as_a_default(tmp_path):
-    from conformance.cases import load_cases
+    from conformance.corpus.cases import load_cases
 
     case_ids = [c.id for c in load_cases()]
     results = [_result("t3", c, "skipped", "aaaaaaaaaaaaaaaa", "no support") for c in case_ids[1:]]

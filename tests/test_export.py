@@ -9,10 +9,10 @@ import sys
 import jsonschema
 
 from conformance import repo_root
-from conformance.cases import load_cases, select_cases
-from conformance.corpus import load_corpus
-from conformance.export import export_vectors, schema_path
-from conformance.goldens import read_golden, write_golden
+from conformance.corpus.cases import load_cases, select_cases
+from conformance.corpus.manifest import load_corpus
+from conformance.service.export import export_vectors, schema_path
+from conformance.judge.goldens import read_golden, write_golden
 from runners.base import RenderRequest, Rendered
 
 TEMPLATES = ["01-ai-yi-1.5-9b-chat", "allenai-llama-3.1-tulu-3-8b-sft"]

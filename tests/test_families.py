@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance import corpus as corpus_module
-from conformance import families
-from conformance.families import detect_family, diff_templates, group_variants, similarity
+import conformance.corpus.manifest as corpus_module
+from conformance.corpus import families
+from conformance.corpus.families import detect_family, diff_templates, group_variants, similarity
 
 CORPUS_ROOT = Path(os.environ.get("CHATGOLD_TEST_CORPUS") or corpus_module.templates_dir())
 FAMILY_TABLE = corpus_module.templates_dir() / "families.json"
@@ -208,7 +208,8 @@ def test_diff_of_real_variants(corpus):
 # --- CLI -----------------------------------------------------------------------------------------------------
 
 def _run_cli(monkeypatch, argv) -> tuple[int, str]:
-    from conformance import cli, cli_corpus_extra
+    from conformance import cli
+    from conformance.cli import corpus_extra as cli_corpus_extra
 
     monkeypatch.setattr(corpus_module, "templates_dir", lambda: CORPUS_ROOT)
     parser = cli.build_parser()

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from conformance import repo_root
-from conformance.corpus import load_corpus
-from conformance.identify import identify_gguf, runner_results
+from conformance.corpus.manifest import load_corpus
+from conformance.corpus.identify import identify_gguf, runner_results
 
 KNOWN = "01-ai-yi-1.5-9b-chat"
 TOKENS = ["<unk>", "<|startoftext|>", "<|im_end|>", "hello"]
@@ -111,7 +111,7 @@ def test_real_vocab_ggufs_of_llama_cpp(llamacpp_models):
 
 
 def test_runner_results_count_every_cell_of_a_gate_report():
-    from conformance.identify import runner_results
+    from conformance.corpus.identify import runner_results
 
     report = {"runners": {"minijinja": {
         "cells": [{"template": "t", "case": "a", "status": "diverged"}],

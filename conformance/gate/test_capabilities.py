@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from conformance.capabilities import capabilities_path, encode_capabilities, load_capabilities
-from conformance.pytest_plugin import CAPABILITIES_JOB
+from conformance.analysis.capabilities import capabilities_path, encode_capabilities, load_capabilities
+from conformance.gate.plugin import CAPABILITIES_JOB
 
 pytestmark = pytest.mark.chatgold_gate
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.diff import compare_bytes
-from conformance.goldens import cell_paths, golden_bytes, read_golden
-from conformance.syrupy_ext import GoldenExtension
+from conformance.judge.diff import compare_bytes
+from conformance.judge.goldens import cell_paths, golden_bytes, read_golden
+from conformance.gate.syrupy_ext import GoldenExtension
 from runners import REFERENCE_RUNNER
 from runners.base import Errored, Skipped
 
@@ -54,7 +54,7 @@ def test_reference_reproduces_goldens(chatgold_session, chatgold_template, chatg
 
 def test_goldens_have_no_orphans(chatgold_session):
     """Every golden file belongs to a (template, case) pair of the corpus and the cases."""
-    from conformance.goldens import find_orphans
+    from conformance.judge.goldens import find_orphans
 
     if not chatgold_session.full:
         pytest.skip("orphan check needs the whole matrix (a selection or shard is active)")
@@ -65,7 +65,7 @@ def test_goldens_have_no_orphans(chatgold_session):
 def test_goldens_record_the_installed_reference():
     """goldens/_meta.json names the transformers/jinja2 versions installed now."""
     from conformance.cli import reference_versions
-    from conformance.goldens import read_meta
+    from conformance.judge.goldens import read_meta
 
     meta = read_meta()
     current = reference_versions()

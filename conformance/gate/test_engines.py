@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from conformance.expectations import FAILING_VERDICTS, UNEXPECTED_PASS, explain
+from conformance.judge.expectations import FAILING_VERDICTS, UNEXPECTED_PASS, explain
 from conformance.report.gate import runner_verdicts
 
 pytestmark = pytest.mark.chatgold_gate

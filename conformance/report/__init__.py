@@ -15,8 +15,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
 
-from ..check import DIVERGED, PASSING, STATUSES, CellResult, summarize
-from ..expectations import (CHANGED, EXPECTED_FAIL, EXPECTED_PASS, FAILING_VERDICTS, UNEXPECTED_FAIL,
+from conformance.judge.status import DIVERGED, PASSING, STATUSES, CellResult, summarize
+from conformance.judge.expectations import (CHANGED, EXPECTED_FAIL, EXPECTED_PASS, FAILING_VERDICTS, UNEXPECTED_FAIL,
                             UNEXPECTED_PASS, Expectations, verdict)
 
 REPORT_FORMAT = 1
@@ -55,7 +55,7 @@ def _recorded_constructs() -> dict:
 
     Computing an inventory costs about 90 ms a template; the report needs every template's, per runner."""
     try:
-        from ..corpus import load_constructs
+        from conformance.corpus.manifest import load_constructs
 
         return load_constructs()
     except (OSError, ValueError):
@@ -98,7 +98,7 @@ def _cell_record(result: CellResult, verdict_name: str, expectation, source: str
         if golden_data is not None:
             record["golden_window"] = _window(golden_data, offset)
         if result.output is not None:
-            from ..goldens import ENCODING_ERRORS
+            from conformance.judge.goldens import ENCODING_ERRORS
 
             record["output_window"] = _window(result.output.encode("utf-8", ENCODING_ERRORS), offset)
     elif result.output is not None:
@@ -127,7 +127,7 @@ def _blame(result: CellResult, blamed: Counter, blamed_lines: dict, notes: set) 
 def runner_section(runner_info: dict, results: list, expectations: Expectations, templates: dict,
                    cases: dict, goldens_root=None) -> dict:
     """Everything the report says about one runner. templates: id -> TemplateEntry; cases: id -> Case."""
-    from ..goldens import read_golden
+    from conformance.judge.goldens import read_golden
 
     features: dict = {}
     constructs: dict = {}
@@ -217,7 +217,7 @@ def supports_capability_agreement(runner) -> bool:
 
 def capability_agreement(templates, llama_runner) -> dict:
     """The report's `capability_agreement` section for these templates, computed with an open llama.cpp runner."""
-    from ..capabilities import agreement_summary, llamacpp_agreement
+    from conformance.analysis.capabilities import agreement_summary, llamacpp_agreement
 
     templates = list(templates)
     summary = agreement_summary(llamacpp_agreement(templates, llama_runner), llama_runner.describe())
@@ -352,7 +352,7 @@ def load_report(path) -> dict:
 def write_outputs(report: dict, json_path=None, junit_path=None, markdown_path=None, badges_dir=None,
                   html_path=None) -> list:
     """Write every requested output; returns the paths written."""
-    from . import html, render
+    from conformance.report import html, render
 
     written = []
 

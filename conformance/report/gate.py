@@ -10,7 +10,7 @@ class RunnerVerdicts:
     """One runner's results for the gate's selection: (template, case) -> (CellResult, verdict, Expectation)."""
 
     def __init__(self, runner_info: dict, results: list, expectations):
-        from ..expectations import verdict
+        from conformance.judge.expectations import verdict
 
         self.runner_info = runner_info
         self.results = results
@@ -24,8 +24,8 @@ class RunnerVerdicts:
 def classify_runner(runner, cells: list, outcomes: list, goldens) -> RunnerVerdicts:
     """Judge a runner's outcomes (one per cell, in order). Attribution is left for later, done for all runners
     at once (attribute_session), because it costs more than everything else here."""
-    from ..check import check_cells
-    from ..expectations import load_expectations
+    from conformance.judge.status import check_cells
+    from conformance.judge.expectations import load_expectations
 
     results = check_cells(runner.name, cells, outcomes=outcomes, attribute=False, goldens=goldens)
     return RunnerVerdicts(runner.describe(), results, load_expectations(runner.name))
@@ -37,8 +37,8 @@ def runner_verdicts(session, spec: str) -> RunnerVerdicts:
 
 def attribute_session(session, results) -> None:
     """Attribute the diverged results not attributed yet (one traced render per cell for all runners)."""
-    from ..attribution import attribute_results
-    from ..check import DIVERGED
+    from conformance.judge.attribution import attribute_results
+    from conformance.judge.status import DIVERGED
 
     requests = session.requests()
     attribute_results((r, requests[(r.template_id, r.case_id)], session.goldens(r.template_id, r.case_id))
@@ -47,7 +47,7 @@ def attribute_session(session, results) -> None:
 
 def write_gate_report(session, directory) -> list:
     """All report outputs for the runners the session checked (called from pytest_sessionfinish)."""
-    from . import build_report, runner_section, write_outputs
+    from conformance.report import build_report, runner_section, write_outputs
 
     checked = {}
     for spec in session.checked_specs():

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from html import escape
 
-from ..expectations import CHANGED, UNEXPECTED_FAIL
+from conformance.judge.expectations import CHANGED, UNEXPECTED_FAIL
 
 MAX_DRILLDOWN = 200  # diverged cells shown per runner (unexpected ones first); the JSON has them all
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from ..expectations import CHANGED, UNEXPECTED_FAIL, UNEXPECTED_PASS, Expectations
+from conformance.judge.expectations import CHANGED, UNEXPECTED_FAIL, UNEXPECTED_PASS, Expectations
 
 TOP = 10
 
@@ -167,7 +167,7 @@ def badge(section: dict) -> dict:
 
 
 def write_badges(report: dict, directory: Path) -> list:
-    from ..expectations import runner_file_name
+    from conformance.judge.expectations import runner_file_name
 
     directory.mkdir(parents=True, exist_ok=True)
     written = []

@@ -1,0 +1,327 @@
+"""The conformance gate as a pytest plugin (registered through the `pytest11` entry point `chatgold`).
+
+The gate's tests live in conformance/gate/ (`pytest --pyargs conformance.gate`). Each runner renders the
+whole selected matrix once per session through `render_many` (so engines batch and parallelise); test items
+are then parametrized per template, or per cell with `--chatgold-granularity cell`, and only look results up.
+The reference's items compare with the goldens through syrupy (GoldenExtension), so
+`pytest --snapshot-update` regenerates them.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+import pytest
+
+from runners import REFERENCE_RUNNER
+
+
+def pytest_addoption(parser):
+    group = parser.getgroup("chatgold", "chatgold conformance gate")
+    group.addoption("--chatgold-runner", action="append", default=[], metavar="RUNNER",
+                    help="engine runner to check against the goldens (repeatable; name or command:'<argv>')")
+    group.addoption("--chatgold-template", action="append", default=[], metavar="GLOB", help="template ids to include")
+    group.addoption("--chatgold-case", action="append", default=[], metavar="GLOB", help="case ids to include")
+    group.addoption("--chatgold-feature", action="append", default=[], metavar="TAG", help="only cases with this feature")
+    group.addoption("--chatgold-shard", default=None, metavar="I/N", help="run shard I of N (whole templates per shard)")
+    group.addoption("--chatgold-granularity", choices=("template", "cell"), default="template",
+                    help="one test item per template (default, fast) or per template x case")
+    group.addoption("--chatgold-workers", type=int, default=2, help="engine processes per runner (default 2)")
+    group.addoption("--chatgold-parallel", type=int, default=3, metavar="N",
+                    help="runners rendering at the same time (default 3)")
+    group.addoption("--chatgold-report", default=None, metavar="DIR",
+                    help="write the divergence report (JSON, JUnit, Markdown, badges, HTML) into DIR at session end")
+
+
+def select(config):
+    """(corpus, all cases, selected templates, selected cases, whether the selection is the whole matrix)."""
+    cached = getattr(config, "_chatgold_selection", None)
+    if cached is not None:
+        return cached
+    from conformance.corpus.cases import load_cases, select_cases
+    from conformance.corpus.manifest import load_corpus
+    from conformance.judge.pipeline import shard_of
+
+    opt = config.getoption
+    corpus = load_corpus()
+    all_cases = load_cases()
+    templates = corpus.select(opt("--chatgold-template") or None)
+    cases = select_cases(all_cases, opt("--chatgold-case") or None, opt("--chatgold-feature") or None)
+    shard = opt("--chatgold-shard")
+    if shard:
+        try:
+            index, count = (int(x) for x in shard.split("/"))
+        except ValueError:
+            raise pytest.UsageError(f"--chatgold-shard {shard}: expected I/N, e.g. 2/8") from None
+        if not 1 <= index <= count:
+            raise pytest.UsageError(f"--chatgold-shard {shard}: I must be between 1 and N")
+        templates = [t for t in templates if shard_of(t.id, count) == index - 1]
+    full = not (opt("--chatgold-template") or opt("--chatgold-case") or opt("--chatgold-feature") or shard)
+    config._chatgold_selection = (corpus, all_cases, templates, cases, full)
+    return config._chatgold_selection
+
+
+class _Job:
+    """Work for the whole selection on a background thread; result() waits for it and re-raises its error."""
+
+    def __init__(self, name: str, work):
+        self._work = work
+        self._value = None
+        self._error: Optional[BaseException] = None
+        self._done = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"chatgold-{name}", daemon=True)
+
+    def _run(self) -> None:
+        try:
+            self._value = self._work()
+        except BaseException as exc:  # handed to whoever waits for the result
+            self._error = exc
+        finally:
+            self._done.set()
+
+    def result(self):
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+CAPABILITIES_JOB = "capabilities"
+AGREEMENT_JOB = "capability-agreement"
+
+
+def _job_cost(spec: Optional[str]) -> float:
+    if spec is None:
+        return 0.0
+    from runners import cost_hint
+
+    return 1.0 if spec == CAPABILITIES_JOB else cost_hint(spec)
+
+
+class GateSession:
+    """What the gate selected, and each runner's outcomes, computed once.
+
+    Every runner the collected tests need renders the whole selection on its own thread, `--chatgold-parallel`
+    of them at a time, so one engine's processes work while another's wait or the suite compares; engines
+    are judged (classified against goldens and expectations) on the same thread as soon as they finish."""
+
+    def __init__(self, config):
+        from conformance.judge.goldens import GoldenStore
+
+        self.config = config
+        self.corpus, self.all_cases, self.templates, self.cases, self.full = select(config)
+        self.workers = config.getoption("--chatgold-workers")
+        self.goldens = GoldenStore()
+        self._slots = threading.BoundedSemaphore(max(1, config.getoption("--chatgold-parallel")))
+        self._lock = threading.Lock()
+        self._cells: Optional[list] = None
+        self._requests: Optional[dict] = None
+        self._jobs: dict = {}
+        self._runners: dict = {}  # (spec, role) -> runner
+        self._agreement_spec: Optional[str] = None
+
+    @property
+    def cells(self) -> list:
+        with self._lock:
+            if self._cells is None:
+                from conformance.judge.pipeline import iter_cells
+
+                self._cells = list(iter_cells(self.templates, self.cases))
+            return self._cells
+
+    def requests(self) -> dict:
+        """(template id, case id) -> RenderRequest for the selection."""
+        cells = self.cells
+        with self._lock:
+            if self._requests is None:
+                self._requests = {(c.template.id, c.case.id): c.request for c in cells}
+            return self._requests
+
+    def runner(self, spec: str, role: Optional[str] = None, workers: Optional[int] = None):
+        """The session's runner for a spec. A side job names its own `role`: a second instance, so the job
+        renders while the spec's matrix job uses the first."""
+        with self._lock:
+            if (spec, role) not in self._runners:
+                from runners import get_runner
+
+                self._runners[(spec, role)] = get_runner(spec, workers=workers or self.workers)
+            return self._runners[(spec, role)]
+
+    def start(self, specs) -> None:
+        """Begin rendering for these runner specs (and CAPABILITIES_JOB): the slowest per cell first, so the
+        longest job does not start last. With a report to write, llama.cpp's capability agreement becomes a
+        job too, rather than a serial tail after the last test (about a minute for the whole corpus)."""
+        specs = sorted(specs, key=lambda spec: -_job_cost(spec))
+        for spec in specs:
+            self._job(spec)
+        if self.config.getoption("--chatgold-report"):
+            from conformance.report import supports_capability_agreement
+
+            engines = [spec for spec in specs if spec not in (REFERENCE_RUNNER, CAPABILITIES_JOB)]
+            self._agreement_spec = next((spec for spec in engines
+                                         if supports_capability_agreement(self.runner(spec))), None)
+            if self._agreement_spec is not None:
+                self._job(AGREEMENT_JOB)
+
+    def _job(self, spec: str) -> _Job:
+        with self._lock:
+            job = self._jobs.get(spec)
+        if job is not None:
+            return job
+        cells = self.cells
+        # Runners are built here, on the caller's thread (signal handlers, imports).
+        if spec == CAPABILITIES_JOB:
+            # One process: the probes are few, and another transformers start costs seconds of CPU.
+            runner = self.runner(REFERENCE_RUNNER, role=CAPABILITIES_JOB, workers=1)
+            work = lambda: self._run_capabilities(runner)  # noqa: E731
+        elif spec == AGREEMENT_JOB:
+            runner = self.runner(self._agreement_spec, role=AGREEMENT_JOB)
+            work = lambda: self._run_agreement(runner)  # noqa: E731
+        else:
+            runner = self.runner(spec)
+            work = lambda: self._run_matrix(spec, runner, cells)  # noqa: E731
+        with self._lock:
+            job = self._jobs.get(spec)
+            if job is None:
+                job = self._jobs[spec] = _Job(spec, work)
+                job.thread.start()
+        return job
+
+    def _run_matrix(self, spec: str, runner, cells: list):
+        with self._slots:
+            outcomes = list(runner.render_many([c.request for c in cells]))
+        by_cell = {(c.template.id, c.case.id): o for c, o in zip(cells, outcomes)}
+        if spec == REFERENCE_RUNNER:
+            return by_cell, None
+        from conformance.report.gate import classify_runner
+
+        return by_cell, classify_runner(runner, cells, outcomes, self.goldens)
+
+    def _run_capabilities(self, runner):
+        from conformance.analysis.capabilities import compute_capabilities
+
+        with self._slots:
+            results, failures = compute_capabilities(self.templates, runner)
+        return results, dict(failures)
+
+    def _run_agreement(self, runner):
+        from conformance.report import capability_agreement
+
+        with self._slots:
+            return capability_agreement(self.templates, runner)
+
+    def agreement(self) -> Optional[dict]:
+        """llama.cpp's capability agreement over the selection, for the report; None when not computed."""
+        with self._lock:
+            job = self._jobs.get(AGREEMENT_JOB)
+        return job.result() if job is not None else None
+
+    def outcomes(self, spec: str) -> dict:
+        """(template id, case id) -> Outcome, for the whole selection."""
+        return self._job(spec).result()[0]
+
+    def verdicts(self, spec: str):
+        """An engine's RunnerVerdicts for the whole selection."""
+        return self._job(spec).result()[1]
+
+    def capabilities(self) -> tuple:
+        """(template id -> capability record, template id -> probe failure), derived through the reference."""
+        return self._job(CAPABILITIES_JOB).result()
+
+    def checked_specs(self) -> list[str]:
+        """The engines whose matrix this session rendered (started), in start order."""
+        with self._lock:
+            return [spec for spec in self._jobs if spec not in (REFERENCE_RUNNER, CAPABILITIES_JOB, AGREEMENT_JOB)]
+
+    def attribute(self, results) -> None:
+        if results:
+            from conformance.report.gate import attribute_session
+
+            attribute_session(self, results)
+
+    def close(self) -> None:
+        with self._lock:
+            runners = list(self._runners.values())
+            self._runners.clear()
+        for runner in runners:
+            runner.close()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "chatgold_gate: a conformance gate test (conformance/gate)")
+    config.addinivalue_line("markers", "chatgold_renders(*jobs): the session jobs a gate test reads (a runner "
+                                       "spec, or 'capabilities'), started together before the first test")
+
+
+def _item_jobs(item) -> list:
+    """The session jobs a test reads: its `chatgold_runner` parameter and its chatgold_renders marks."""
+    callspec = getattr(item, "callspec", None)
+    jobs = [callspec.params["chatgold_runner"]] if callspec and "chatgold_runner" in callspec.params else []
+    for mark in item.iter_markers("chatgold_renders"):
+        jobs.extend(mark.args)
+    return jobs
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Tests of quick jobs first: the slowest job's tests then come last, when its results are in, instead of
+    holding up everything behind them (pytest's sort is stable, so other tests keep their order)."""
+    items.sort(key=lambda item: max((_job_cost(job) for job in _item_jobs(item)), default=0.0))
+
+
+def pytest_collection_finish(session):
+    """Remember the jobs the selected tests need, so the session starts them all at once."""
+    needed = []
+    for item in session.items:
+        needed.extend(job for job in _item_jobs(item) if job not in needed)
+    session.config._chatgold_needed = needed
+
+
+@pytest.fixture(scope="session")
+def chatgold_session(request):
+    session = GateSession(request.config)
+    request.config._chatgold_session = session  # for pytest_sessionfinish (the report)
+    session.start(getattr(request.config, "_chatgold_needed", []))
+    yield session
+    session.agreement()  # its runner must stay open until it is done
+    session.close()
+
+
+def pytest_sessionfinish(session):
+    gate = getattr(session.config, "_chatgold_session", None)
+    directory = session.config.getoption("--chatgold-report", None)
+    if gate is not None and directory:
+        from conformance.report.gate import write_gate_report
+
+        for path in write_gate_report(gate, directory):
+            print(f"chatgold: wrote {path}")
+    if gate is not None:
+        # The session holds every outcome of every runner; pytest's exit runs gc.collect() several times,
+        # which walked all of them (seconds per run). They live until exit anyway: take them out of its way.
+        import gc
+
+        gc.freeze()
+
+
+def pytest_generate_tests(metafunc):
+    names = metafunc.fixturenames
+    if not {"chatgold_template", "chatgold_runner", "chatgold_case"} & set(names):
+        return
+    opt = metafunc.config.getoption
+    _corpus, _all_cases, templates, cases, _full = select(metafunc.config)
+    if "chatgold_runner" in names:
+        specs = [s for s in opt("--chatgold-runner") if s != REFERENCE_RUNNER]
+        metafunc.parametrize("chatgold_runner", specs, ids=[_safe_id(s) for s in specs], scope="session")
+    if "chatgold_template" in names:
+        ids = [t.id for t in templates]
+        metafunc.parametrize("chatgold_template", ids, ids=ids)
+    if "chatgold_case" in names:
+        if opt("--chatgold-granularity") == "cell":
+            ids = [c.id for c in cases]
+            metafunc.parametrize("chatgold_case", ids, ids=ids)
+        else:
+            metafunc.parametrize("chatgold_case", [None], ids=["all-cases"])
+
+
+def _safe_id(spec: str) -> str:
+    return spec if spec.isidentifier() or spec.replace("-", "").isalnum() else spec.replace(" ", "_")[:40]

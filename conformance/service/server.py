@@ -1,0 +1,565 @@
+"""The golden-file service: corpus, cases and goldens over HTTP, plus checking and reference renders.
+
+Engine authors in any language fetch goldens and check cells without Python. The OpenAPI document at
+/openapi.json is the contract (docs/service.md). Every id reaches the filesystem only after it was found in
+the loaded corpus or case set, so no request can name a path outside goldens/.
+"""
+from __future__ import annotations
+
+import fnmatch
+import functools
+import importlib
+import json
+import re
+import threading
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from runners.base import Errored, Raised, Rendered
+
+from conformance.judge import status as checkmod
+from conformance.corpus.cases import Case, load_cases
+from conformance.corpus.manifest import Corpus, TemplateEntry, load_corpus, sha256_text, templates_dir
+from conformance.judge.goldens import ENCODING_ERRORS, read_golden, read_meta
+
+API_VERSION = "1"
+# Documented limits (docs/service.md). Bodies beyond MAX_BODY_BYTES get 413 before they are parsed.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_TEMPLATE_BYTES = 256 * 1024
+MAX_OUTPUT_CHARS = 4 * 1024 * 1024
+MAX_BATCH_CELLS = 1000
+GOLDENS_CELL_SECONDS = 10.0
+GOLDENS_TOTAL_SECONDS = 120.0
+GOLDENS_QUEUE_SECONDS = 30.0   # how long a reference request waits for the (single, warm) reference process
+ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,199}$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+_ID_RE = re.compile(ID_PATTERN)
+
+
+class _JSON(JSONResponse):
+    """JSON that survives lone surrogates (goldens keep them byte-exact): escape them instead of failing."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return json.dumps(content, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
+# --- models -------------------------------------------------------------------------------------------------
+
+class ErrorBody(BaseModel):
+    detail: str = Field(description="What was wrong with the request")
+
+
+class TemplateSummary(BaseModel):
+    id: str
+    sha256: str = Field(pattern=SHA256_PATTERN, description="sha256 of the template's exact UTF-8 bytes")
+    family: str
+    variant: str
+    generic: bool
+    bos_token: Optional[str]
+    eos_token: Optional[str]
+    aliases: list[str] = Field(description="Model repositories this template ships with")
+    constructs: Optional[list[str]] = Field(
+        None, description="Jinja constructs the template uses; null when not requested or unavailable")
+    capabilities: Optional[dict[str, Any]] = Field(
+        None, description="The template's capability golden; null when none is recorded or unavailable")
+    notes: list[str] = Field(default_factory=list, description="Why constructs/capabilities are missing")
+
+
+class TemplateDetail(TemplateSummary):
+    source: str = Field(description="The template text, exactly")
+
+
+class TemplateList(BaseModel):
+    count: int
+    templates: list[TemplateSummary]
+
+
+class CaseInput(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str
+    description: str
+    features: list[str]
+    messages: list[Any]
+    add_generation_prompt: bool
+    continue_final_message: bool
+    kwargs: dict[str, Any]
+    now: str
+    tools: Optional[list[Any]] = None
+    documents: Optional[list[Any]] = None
+    sequence: Optional[dict[str, Any]] = None
+
+
+class CaseList(BaseModel):
+    count: int
+    cases: list[CaseInput]
+
+
+class GoldenJSON(BaseModel):
+    template: str
+    case: str
+    kind: Literal["rendered", "raised"] = Field(
+        description="rendered: `text` is the expected output; raised: the reference refused and `text` is its message")
+    text: str
+    bytes: int = Field(description="Length of the golden in UTF-8 bytes")
+
+
+class CheckRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "oneOf": [{"required": ["output"]}, {"required": ["raised"]}]})
+    template: str = Field(max_length=200, description="Corpus template id")
+    case: str = Field(max_length=200, description="Case id")
+    output: Optional[str] = Field(None, max_length=MAX_OUTPUT_CHARS, description="What the engine rendered")
+    raised: Optional[str] = Field(None, max_length=MAX_OUTPUT_CHARS,
+                                  description="The engine refused to render, with this message")
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        if (self.output is None) == (self.raised is None):
+            raise ValueError("give exactly one of `output` (the engine rendered) or `raised` (the engine refused)")
+        return self
+
+
+class DivergenceModel(BaseModel):
+    offset: int = Field(description="First differing byte offset (UTF-8) in the golden")
+    expected_len: int
+    actual_len: int
+    expected_context: str = Field(description="The golden around the offset, whitespace made visible; ⟦ marks it")
+    actual_context: str = Field(description="The output around the offset, same notation")
+    line: int = Field(description="1-based line of the offset in the golden")
+    column: int
+
+
+class Attribution(BaseModel):
+    # "construct" would shadow BaseModel.construct: keep the wire name through an alias.
+    model_config = ConfigDict(populate_by_name=True)
+    line: Optional[int] = Field(None, description="1-based template line that emitted the golden's byte")
+    construct_name: Optional[str] = Field(None, alias="construct", description="The Jinja construct that emitted it")
+    source_line: Optional[str] = None
+    at_golden_end: Optional[bool] = None
+    unavailable: Optional[str] = Field(None, description="Why no line could be attributed")
+
+
+class CheckResult(BaseModel):
+    template: str
+    case: str
+    status: Literal["match", "both-raised", "diverged", "engine-raised", "engine-rendered", "no-golden"]
+    passed: bool
+    golden_kind: Optional[Literal["rendered", "raised"]]
+    divergence: Optional[DivergenceModel] = None
+    reference_message: Optional[str] = Field(None, description="The reference's refusal, when the engine rendered")
+    attribution: Optional[Attribution] = None
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cells: list[CheckRequest] = Field(max_length=MAX_BATCH_CELLS, min_length=1)
+    attribute: bool = Field(False, description="Attribute divergences to template lines (slower)")
+
+
+class BatchSummary(BaseModel):
+    cells: int
+    passed: int
+    counts: dict[str, int]
+    conformance: Optional[float]
+
+
+class BatchResult(BaseModel):
+    results: list[CheckResult]
+    summary: BatchSummary
+
+
+class GoldensRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    template: str = Field(max_length=MAX_TEMPLATE_BYTES, description=f"Template text (at most {MAX_TEMPLATE_BYTES} bytes)")
+    bos_token: Optional[str] = Field(None, max_length=1000)
+    eos_token: Optional[str] = Field(None, max_length=1000)
+    cases: Optional[list[str]] = Field(None, max_length=200,
+                                       description="Case id globs; all cases when omitted")
+
+
+class NewGolden(BaseModel):
+    case: str
+    kind: Literal["rendered", "raised", "errored", "not-run"] = Field(
+        description="errored: the reference process failed or ran out of time; not-run: the overall time ran out")
+    text: str
+
+
+class GoldensResult(BaseModel):
+    sha256: str
+    corpus_id: Optional[str] = Field(description="The corpus template with the same bytes, if any")
+    reference: dict[str, str]
+    complete: bool
+    goldens: list[NewGolden]
+
+
+class IdentifyRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={
+        "oneOf": [{"required": ["template"]}, {"required": ["sha256"]}]})
+    template: Optional[str] = Field(None, max_length=MAX_TEMPLATE_BYTES * 4)
+    sha256: Optional[str] = Field(None, pattern=SHA256_PATTERN)
+
+    @model_validator(mode="after")
+    def _exactly_one(self):
+        if (self.template is None) == (self.sha256 is None):
+            raise ValueError("give exactly one of `template` (the text) or `sha256` (lowercase hex)")
+        return self
+
+
+class IdentifyResult(BaseModel):
+    sha256: str
+    matched: bool
+    template: Optional[TemplateSummary] = None
+    hint: Optional[str] = None
+
+
+# --- state --------------------------------------------------------------------------------------------------
+
+class State:
+    """Everything loaded once per server process; the reference runner starts on first use and stays warm."""
+
+    def __init__(self, corpus: Optional[Corpus] = None, cases: Optional[list[Case]] = None):
+        self.corpus = corpus or load_corpus()
+        self.cases = {c.id: c for c in (cases if cases is not None else load_cases())}
+        self.reference = {k: str(v) for k, v in read_meta().items()}
+        self._runner = None
+        self._runner_lock = threading.Lock()
+        # One reference request at a time: the warm harness renders serially, and waiting requests would
+        # otherwise pile up in the server's thread pool.
+        self.reference_slot = threading.BoundedSemaphore(1)
+
+    def template(self, template_id: str) -> TemplateEntry:
+        if not _ID_RE.match(template_id):
+            raise HTTPException(400, f"invalid template id {template_id!r}: ids match {ID_PATTERN}")
+        entry = self.corpus.by_id.get(template_id)
+        if entry is None:
+            raise HTTPException(404, f"unknown template id {template_id!r} (GET /v1/templates lists them)")
+        return entry
+
+    def case(self, case_id: str) -> Case:
+        if not _ID_RE.match(case_id):
+            raise HTTPException(400, f"invalid case id {case_id!r}: ids match {ID_PATTERN}")
+        case = self.cases.get(case_id)
+        if case is None:
+            raise HTTPException(404, f"unknown case id {case_id!r} (GET /v1/cases lists them)")
+        return case
+
+    def runner(self):
+        with self._runner_lock:
+            if self._runner is None:
+                from runners.hf import HFRunner
+
+                self._runner = HFRunner(timeout=GOLDENS_CELL_SECONDS)
+            return self._runner
+
+    def close(self) -> None:
+        with self._runner_lock:
+            if self._runner is not None:
+                self._runner.close()
+                self._runner = None
+
+
+@functools.lru_cache(maxsize=4)
+def _construct_table(root: str) -> dict:
+    from conformance.corpus.manifest import load_constructs
+
+    return load_constructs(Path(root))
+
+
+def _constructs(entry: TemplateEntry, notes: list) -> Optional[list[str]]:
+    names = _construct_table(str(entry.root or templates_dir())).get(entry.sha256)
+    if names is None:
+        notes.append("constructs unavailable: not recorded in templates/constructs.json (run `chatgold corpus build`)")
+    return names
+
+
+def _capabilities(entry: TemplateEntry, notes: list) -> Optional[dict]:
+    try:
+        module = importlib.import_module("conformance.analysis.capabilities")
+        load = getattr(module, "load_capabilities")
+    except Exception as exc:
+        notes.append(f"capabilities unavailable: conformance.analysis.capabilities.load_capabilities missing ({exc})")
+        return None
+    try:
+        found = load(entry.id)
+    except Exception as exc:
+        notes.append(f"capabilities unavailable: {type(exc).__name__}: {str(exc)[:200]}")
+        return None
+    return dict(found) if found else None
+
+
+def summary_of(entry: TemplateEntry, detail: bool) -> dict:
+    notes: list = []
+    data = {"id": entry.id, "sha256": entry.sha256, "family": entry.family, "variant": entry.variant,
+            "generic": entry.generic, "bos_token": entry.bos_token, "eos_token": entry.eos_token,
+            "aliases": entry.aliases(), "constructs": None, "capabilities": None, "notes": notes}
+    if detail:
+        data["constructs"] = _constructs(entry, notes)
+        data["capabilities"] = _capabilities(entry, notes)
+    return data
+
+
+def check_one(state: State, cell: CheckRequest, attribute: bool) -> dict:
+    entry = state.template(cell.template)
+    case = state.case(cell.case)
+    golden = read_golden(entry.id, case.id)
+    outcome = Rendered(cell.output) if cell.output is not None else Raised(cell.raised)
+    status, divergence, message = checkmod.classify(golden, outcome)
+    result = {"template": entry.id, "case": case.id, "status": status, "passed": status in checkmod.PASSING,
+              "golden_kind": golden.kind if golden else None,
+              "divergence": divergence.to_dict() if divergence else None,
+              "reference_message": message if status == checkmod.ENGINE_RENDERED else None,
+              "attribution": None}
+    if divergence is not None and attribute:
+        result["attribution"] = _attribution(entry.id, case.id, divergence.offset, state)
+    return result
+
+
+def _attribution(template_id: str, case_id: str, offset: int, state: State) -> dict:
+    from conformance.judge.attribution import attribute_divergence
+
+    entry = state.corpus.by_id[template_id]
+    request = state.cases[case_id].request(entry.source(), entry.bos_token, entry.eos_token, template_id=template_id)
+    golden = read_golden(template_id, case_id)
+    return attribute_divergence(request, golden, offset)
+
+
+# --- app ----------------------------------------------------------------------------------------------------
+
+_ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 413: {"model": ErrorBody}}
+_BUSY = {503: {"model": ErrorBody, "description": "The reference is busy; retry after Retry-After seconds"}}
+
+
+class BodyLimit:
+    """Refuse bodies over MAX_BODY_BYTES with 413, whether declared (Content-Length) or streamed."""
+
+    def __init__(self, app, limit: int = MAX_BODY_BYTES):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        message = f"request body exceeds the service's limit of {self.limit} bytes"
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    return await _send_error(send, 400, "invalid Content-Length header")
+                if declared > self.limit:
+                    return await _send_error(send, 413, message)
+        # Read the whole (bounded) body first: an exception raised mid-read would be turned into a 400
+        # by the framework's body parser, hiding the real reason.
+        chunks, seen = [], 0
+        while True:
+            event = await receive()
+            if event["type"] != "http.request":
+                return await self.app(scope, _replay([event]), send)
+            seen += len(event.get("body", b""))
+            if seen > self.limit:
+                return await _send_error(send, 413, message)
+            chunks.append(event.get("body", b""))
+            if not event.get("more_body", False):
+                break
+        await self.app(scope, _replay([{"type": "http.request", "body": b"".join(chunks), "more_body": False}],
+                                      receive), send)
+
+
+def _replay(events: list, then=None):
+    async def receive():
+        if events:
+            return events.pop(0)
+        if then is not None:
+            return await then()
+        return {"type": "http.disconnect"}
+    return receive
+
+
+async def _send_error(send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app(state: Optional[State] = None) -> FastAPI:
+    holder: dict = {"state": state}
+
+    @asynccontextmanager
+    async def lifespan(app):
+        if holder["state"] is None:
+            holder["state"] = State()
+        yield
+        holder["state"].close()
+
+    def st() -> State:
+        if holder["state"] is None:
+            holder["state"] = State()
+        return holder["state"]
+
+    app = FastAPI(title="chatgold golden-file service", version=API_VERSION, lifespan=lifespan,
+                  default_response_class=_JSON, openapi_url="/openapi.json",
+                  description="Goldens are the byte-exact output of HuggingFace transformers' "
+                              "apply_chat_template. Fetch them, check an engine's output against them, "
+                              "or have the reference render a new template.")
+
+    @app.get("/v1/templates", response_model=TemplateList, tags=["read"])
+    def list_templates(template: Optional[list[str]] = Query(None, max_length=50, description="id globs"),
+                       detail: bool = Query(False, description="include constructs and capabilities (slow)")):
+        entries = st().corpus.select(template)
+        return {"count": len(entries), "templates": [summary_of(e, detail) for e in entries]}
+
+    @app.get("/v1/templates/{template_id}", response_model=TemplateDetail, responses=_ERRORS, tags=["read"])
+    def get_template(template_id: str):
+        entry = st().template(template_id)
+        return {**summary_of(entry, True), "source": entry.source()}
+
+    # Absent tools/documents mean "undefined" to a template, unlike null: keep them absent.
+    @app.get("/v1/cases", response_model=CaseList, response_model_exclude_unset=True, tags=["read"])
+    def list_cases(case: Optional[list[str]] = Query(None, max_length=50, description="id globs")):
+        cases = [c for c in st().cases.values() if not case or any(fnmatch.fnmatchcase(c.id, p) for p in case)]
+        return {"count": len(cases), "cases": [c.input_dict() for c in cases]}
+
+    @app.get("/v1/cases/{case_id}", response_model=CaseInput, response_model_exclude_unset=True, responses=_ERRORS,
+             tags=["read"])
+    def get_case(case_id: str):
+        return st().case(case_id).input_dict()
+
+    @app.get("/v1/goldens/{template_id}/{case_id}", tags=["read"],
+             response_class=Response,
+             responses={**_ERRORS, 200: {
+                 "model": GoldenJSON,
+                 "description": "The golden's exact bytes (text/plain) or, with Accept: application/json, "
+                                "a GoldenJSON. Header X-Chatgold-Outcome says rendered or raised.",
+                 "content": {"text/plain": {"schema": {"type": "string"}}},
+                 "headers": {"X-Chatgold-Outcome": {"schema": {"type": "string", "enum": ["rendered", "raised"]}}}}})
+    async def get_golden(template_id: str, case_id: str, request: Request):
+        state = st()
+        entry, case = state.template(template_id), state.case(case_id)
+        golden = read_golden(entry.id, case.id)
+        if golden is None:
+            raise HTTPException(404, f"no golden for {entry.id}/{case.id} (run `chatgold goldens update`)")
+        headers = {"X-Chatgold-Outcome": golden.kind}
+        if "application/json" in request.headers.get("accept", ""):
+            body = GoldenJSON(template=entry.id, case=case.id, kind=golden.kind, text=golden.text,
+                              bytes=len(golden.data))
+            return _JSON(body.model_dump(), headers=headers)
+        return Response(golden.data, media_type="text/plain; charset=utf-8", headers=headers)
+
+    @app.post("/v1/check", response_model=CheckResult, responses=_ERRORS, tags=["check"])
+    async def check(cell: CheckRequest,
+                    attribute: bool = Query(True, description="attribute a divergence to a template line")):
+        # Classifying is a file read and a byte compare: done on the event loop (a thread hop costs more).
+        # Attribution re-renders the template, so it runs in a worker thread.
+        result = check_one(st(), cell, False)
+        if attribute and result["divergence"] is not None:
+            result["attribution"] = await run_in_threadpool(
+                _attribution, result["template"], result["case"], result["divergence"]["offset"], st())
+        return result
+
+    @app.post("/v1/check/batch", response_model=BatchResult, responses=_ERRORS, tags=["check"])
+    def check_batch(batch: BatchRequest):
+        state = st()
+        results = []
+        for index, cell in enumerate(batch.cells):
+            try:
+                results.append(check_one(state, cell, batch.attribute))
+            except HTTPException as exc:
+                raise HTTPException(exc.status_code, f"cells[{index}]: {exc.detail}") from None
+        counts = {s: 0 for s in checkmod.STATUSES}
+        for r in results:
+            counts[r["status"]] += 1
+        passed = sum(1 for r in results if r["passed"])
+        return {"results": results, "summary": {"cells": len(results), "passed": passed, "counts": counts,
+                                                 "conformance": round(100.0 * passed / len(results), 2)}}
+
+    @app.post("/v1/goldens", response_model=GoldensResult, responses={**_ERRORS, **_BUSY}, tags=["reference"])
+    def new_goldens(body: GoldensRequest):
+        state = st()
+        data = body.template.encode("utf-8", ENCODING_ERRORS)
+        if len(data) > MAX_TEMPLATE_BYTES:
+            raise HTTPException(413, f"template is {len(data)} bytes; the limit is {MAX_TEMPLATE_BYTES}")
+        cases = [c for c in state.cases.values()
+                 if not body.cases or any(fnmatch.fnmatchcase(c.id, p) for p in body.cases)]
+        if not cases:
+            raise HTTPException(400, f"no case matches {body.cases!r} (GET /v1/cases lists them)")
+        if not state.reference_slot.acquire(timeout=GOLDENS_QUEUE_SECONDS):
+            raise HTTPException(503, f"the reference is busy with another template for over "
+                                     f"{GOLDENS_QUEUE_SECONDS:.0f} s; retry later", headers={"Retry-After": "30"})
+        try:
+            return _render_goldens(state, body, cases)
+        finally:
+            state.reference_slot.release()
+
+    def _render_goldens(state: State, body: GoldensRequest, cases: list) -> dict:
+        data = body.template.encode("utf-8", ENCODING_ERRORS)
+        runner = state.runner()
+        deadline = time.monotonic() + GOLDENS_TOTAL_SECONDS
+        goldens, complete = [], True
+        for case in cases:
+            if time.monotonic() > deadline:
+                complete = False
+                goldens.append({"case": case.id, "kind": "not-run",
+                                "text": f"overall limit of {GOLDENS_TOTAL_SECONDS:.0f} s reached"})
+                continue
+            outcome = runner.render(case.request(body.template, body.bos_token, body.eos_token, template_id="<posted>"))
+            if isinstance(outcome, Rendered):
+                goldens.append({"case": case.id, "kind": "rendered", "text": outcome.text})
+            elif isinstance(outcome, Raised):
+                goldens.append({"case": case.id, "kind": "raised", "text": outcome.message})
+            else:
+                complete = False
+                why = outcome.message if isinstance(outcome, Errored) else outcome.reason
+                goldens.append({"case": case.id, "kind": "errored", "text": why})
+        sha = sha256_text(data)
+        match = state.corpus.by_sha.get(sha)
+        return {"sha256": sha, "corpus_id": match.id if match else None, "reference": state.reference,
+                "complete": complete, "goldens": goldens}
+
+    @app.post("/v1/identify", response_model=IdentifyResult, responses=_ERRORS, tags=["read"])
+    def identify(body: IdentifyRequest):
+        state = st()
+        sha = body.sha256 or sha256_text(body.template.encode("utf-8", ENCODING_ERRORS))
+        entry = state.corpus.by_sha.get(sha)
+        if entry is None:
+            return {"sha256": sha, "matched": False, "template": None,
+                    "hint": "not in the corpus: save the template to a file and run `chatgold corpus import <path>`"}
+        return {"sha256": sha, "matched": True, "template": summary_of(entry, False)}
+
+    app.add_middleware(BodyLimit)
+    return app
+
+
+def serve(host: str = "127.0.0.1", port: int = 8765, ready_file: Optional[str] = None) -> None:
+    """Run the service until interrupted. `ready_file` receives the bound port (useful with port 0)."""
+    import asyncio
+    import uvicorn
+
+    app = create_app()
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+
+    async def run():
+        task = asyncio.create_task(server.serve())
+        while not server.started and not task.done():
+            await asyncio.sleep(0.02)
+        if server.started:
+            bound = server.servers[0].sockets[0].getsockname()[1]
+            print(f"chatgold service on http://{host}:{bound} (OpenAPI: /openapi.json)", flush=True)
+            if ready_file:
+                from pathlib import Path
+
+                Path(ready_file).write_text(str(bound))
+        await task
+
+    asyncio.run(run())
