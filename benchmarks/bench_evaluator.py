@@ -38,7 +38,7 @@ def main() -> None:
     ids = sorted(templates)
     step = max(1, len(ids) // args.templates)
     chosen = ids[::step][:args.templates]
-    requests = [RenderRequest(templates[t], template_id=t, case_id=c, **conv)
+    requests = [RenderRequest.make(templates[t], template_id=t, case_id=c, **conv)
                 for t in chosen for c, conv in CONVERSATIONS.items()]
 
     hf, evaluator = HFRenderer(), EvaluatorRunner()

@@ -17,7 +17,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from conformance.corpus.cases import load_cases  # noqa: E402
 from conformance.judge.attribution import attribute_results  # noqa: E402
-from conformance.judge.status import DIVERGED, check_cells, summarize  # noqa: E402
+from conformance.judge.pipeline import run as run_cells  # noqa: E402
+from conformance.judge.status import Status  # noqa: E402
 from conformance.judge.goldens import read_golden  # noqa: E402
 from conformance.corpus.manifest import load_corpus  # noqa: E402
 from conformance.judge.pipeline import iter_cells  # noqa: E402
@@ -53,21 +54,22 @@ def measure(spec: str, templates: list, cases: list, workers: int) -> dict:
         for _ in range(REPEATS):
             t0 = time.perf_counter()
             cells = list(iter_cells(templates, cases))
-            results = check_cells(runner, cells, attribute=False)
+            judged = run_cells(runner, cells)
+            results = judged.results
             suite = min(suite, time.perf_counter() - t0)
             requests = [c.request for c in cells]
             t0 = time.perf_counter()
             outcomes = list(runner.render_many(requests))
             raw = min(raw, time.perf_counter() - t0)
         diverged = [(r, c.request, read_golden(c.template.id, c.case.id))
-                    for r, c in zip(results, cells) if r.status == DIVERGED]
+                    for r, c in zip(results, cells) if r.status == Status.DIVERGED]
         t0 = time.perf_counter()
         attribute_results(diverged)
         attribution = time.perf_counter() - t0
     finally:
         runner.close()
     assert len(outcomes) == len(cells)
-    summary = summarize(results)
+    summary = judged.figure()
     return {"runner": spec, "cells": len(cells), "templates": len(templates), "workers": workers,
             "start_seconds": round(warm, 3), "suite_seconds": round(suite, 3), "raw_seconds": round(raw, 3),
             "cell_seconds_sum": round(sum(r.seconds for r in results), 3),

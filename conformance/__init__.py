@@ -19,3 +19,24 @@ def repo_root() -> Path:
 def _resolved(path: str) -> Path:
     # Every golden path starts here: resolving (a syscall per component) once per value, not per cell.
     return Path(path).resolve()
+
+
+@lru_cache(maxsize=None)
+def schema_validator(name: str):
+    """A validator for one of the project's JSON Schemas (conformance/schemas/ or runners/protocol/), with
+    every other schema registered so that one may $ref another."""
+    import json
+
+    from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+
+    from runners.protocol.validate import SCHEMA_DIR
+
+    schemas = {}
+    for folder in (PACKAGE_DIR / "schemas", Path(SCHEMA_DIR)):
+        for path in sorted(folder.glob("*.schema.json")):
+            schemas[path.name] = json.loads(path.read_text(encoding="utf-8"))
+    registry = Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas.values())
+    schema = schemas[name]
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema, registry=registry)

@@ -7,7 +7,10 @@ A runner takes a RenderRequest (a template plus one conversation) and returns ex
   the template's failure). Comparable with the reference's own refusals.
 - Errored(message, detail, timed_out): the *runner* failed (crash, hang, garbage, missing engine).
   Never comparable; never a match.
-- Skipped(reason): the runner declines the cell on purpose (e.g. a feature it does not implement).
+- Skipped(message): the runner declines the cell on purpose (e.g. a feature it does not implement).
+
+Raised carries its RefusalKind (compile, raise, render): a refusal matches the reference's only when it is of
+the same kind (and, for raise_exception, carries the template's message).
 
 Runners never import `conformance`; the suite imports runners.
 """
@@ -16,45 +19,103 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Iterable, Iterator, Mapping, Optional, Union
 
 # A fixed default clock so that templates calling strftime_now are reproducible.
 DEFAULT_NOW = "2025-06-15T09:30:00+00:00"
 
 
+def normalize_now(now: str) -> str:
+    """The clock as ISO-8601 with an offset: a naive time is read as UTC (what a minimal case may give)."""
+    import datetime as _dt
+
+    try:
+        value = _dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
+    except (AttributeError, ValueError):
+        raise ValueError(f"now: {now!r} is not an ISO-8601 date and time") from None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=_dt.timezone.utc)
+    return value.isoformat()
+
+
 @dataclass(frozen=True)
-class RenderRequest:
-    template: str
+class Conversation:
+    """One chat request, as `apply_chat_template` takes it: the part of a case every engine renders.
+
+    The one place these fields are spelled out: cases, render requests, the protocol's messages, test
+    vectors and the service all carry a Conversation (schema: runners/protocol/conversation.schema.json)."""
+
     messages: list
-    bos_token: Optional[str] = None
-    eos_token: Optional[str] = None
     tools: Optional[list] = None
     documents: Optional[list] = None
     add_generation_prompt: bool = False
     continue_final_message: bool = False
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     now: str = DEFAULT_NOW
+
+    FIELDS = ("messages", "tools", "documents", "add_generation_prompt", "continue_final_message", "kwargs", "now")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Conversation":
+        """The conversation fields of `data` (other keys are ignored); absent ones take their defaults."""
+        return cls(messages=data["messages"], tools=data.get("tools"), documents=data.get("documents"),
+                   add_generation_prompt=bool(data.get("add_generation_prompt", False)),
+                   continue_final_message=bool(data.get("continue_final_message", False)),
+                   kwargs=dict(data.get("kwargs") or {}), now=normalize_now(data.get("now") or DEFAULT_NOW))
+
+    def to_dict(self) -> dict:
+        """Every field, `tools`/`documents` as null when absent (the protocol's and the vectors' form)."""
+        return {"messages": self.messages, "tools": self.tools, "documents": self.documents,
+                "add_generation_prompt": self.add_generation_prompt,
+                "continue_final_message": self.continue_final_message, "kwargs": dict(self.kwargs),
+                "now": self.now}
+
+
+@dataclass(frozen=True)
+class RenderRequest:
+    """A template (with the model's special tokens) and one conversation: one cell."""
+
+    template: str
+    conversation: Conversation
+    bos_token: Optional[str] = None
+    eos_token: Optional[str] = None
     # Labels only: runners may use them for caching and messages, never for rendering.
     template_id: Optional[str] = None
     case_id: Optional[str] = None
 
+    # Read-only views of the conversation, so runner code reads `request.messages`.
+    messages = property(lambda self: self.conversation.messages)
+    tools = property(lambda self: self.conversation.tools)
+    documents = property(lambda self: self.conversation.documents)
+    add_generation_prompt = property(lambda self: self.conversation.add_generation_prompt)
+    continue_final_message = property(lambda self: self.conversation.continue_final_message)
+    kwargs = property(lambda self: self.conversation.kwargs)
+    now = property(lambda self: self.conversation.now)
+
+    @classmethod
+    def make(cls, template: str, messages: list, bos_token: Optional[str] = None, eos_token: Optional[str] = None,
+             template_id: Optional[str] = None, case_id: Optional[str] = None, **conversation) -> "RenderRequest":
+        """A request from the conversation's fields given directly (tests, probes)."""
+        return cls(template, Conversation.from_dict({"messages": messages, **conversation}), bos_token, eos_token,
+                   template_id, case_id)
+
     def to_wire(self) -> dict:
         """The request as the harness protocol's render message body (without cmd/seq)."""
-        return {
-            "template": self.template,
-            "bos_token": self.bos_token,
-            "eos_token": self.eos_token,
-            "messages": self.messages,
-            "tools": self.tools,
-            "documents": self.documents,
-            "add_generation_prompt": self.add_generation_prompt,
-            "continue_final_message": self.continue_final_message,
-            "kwargs": dict(self.kwargs),
-            "now": self.now,
-        }
+        return {"template": self.template, "bos_token": self.bos_token, "eos_token": self.eos_token,
+                **self.conversation.to_dict()}
 
     def cell(self) -> str:
         return f"{self.template_id or '<template>'} x {self.case_id or '<case>'}"
+
+
+class RefusalKind(StrEnum):
+    """Which kind of refusal a Raised outcome is; two refusals match only when they are of the same kind."""
+
+    COMPILE = "compile"   # the template does not parse or compile in this engine
+    RAISE = "raise"       # the template called raise_exception(message)
+    RENDER = "render"     # rendering failed on this input (a type error, an undefined value, the caller's check)
+    UNKNOWN = "unknown"   # the harness did not say (protocol version 1)
 
 
 @dataclass(frozen=True)
@@ -65,7 +126,10 @@ class Rendered:
 
 @dataclass(frozen=True)
 class Raised:
+    """The template refused: the engine's answer, comparable with the reference's own refusals."""
+
     message: str
+    refusal: RefusalKind = RefusalKind.UNKNOWN
     kind: str = "raised"
 
 
@@ -79,11 +143,12 @@ class Errored:
 
 @dataclass(frozen=True)
 class Skipped:
-    reason: str
+    message: str
     kind: str = "skipped"
 
 
 Outcome = Union[Rendered, Raised, Errored, Skipped]
+OUTCOME_TYPES = {"rendered": Rendered, "raised": Raised, "errored": Errored, "skipped": Skipped}
 
 
 def outcome_to_dict(outcome: Outcome) -> dict:
@@ -91,9 +156,11 @@ def outcome_to_dict(outcome: Outcome) -> dict:
 
 
 def outcome_from_dict(data: dict) -> Outcome:
-    kinds = {"rendered": Rendered, "raised": Raised, "errored": Errored, "skipped": Skipped}
-    cls = kinds[data["kind"]]
-    return cls(**{k: v for k, v in data.items() if k != "kind"})
+    cls = OUTCOME_TYPES[data["kind"]]
+    fields = {k: v for k, v in data.items() if k != "kind"}
+    if cls is Raised and "refusal" in fields:
+        fields["refusal"] = RefusalKind(fields["refusal"])
+    return cls(**fields)
 
 
 class RunnerUnavailable(RuntimeError):
@@ -129,6 +196,17 @@ class Runner:
 
     def describe(self) -> dict:
         return {"name": self.name, "version": self.version, "language": self.language, "homepage": self.homepage}
+
+    # -- optional queries: an engine that cannot answer keeps these defaults --------------------------------
+    def reports_capabilities(self) -> bool:
+        """Whether template_capabilities answers (the engine has its own view of what a template supports)."""
+        return False
+
+    def template_capabilities(self, template: str, bos_token: Optional[str],
+                              eos_token: Optional[str]) -> Optional[dict]:
+        """The engine's own view of a template's capabilities (names as in capability goldens, e.g.
+        supports_tools: bool), or None when it cannot say. Raises RunnerUnavailable when the engine is gone."""
+        return None
 
 
 def describe_exit(returncode: Optional[int]) -> str:

@@ -16,11 +16,31 @@ import threading
 import time
 from typing import Iterable, Iterator, Optional, Sequence
 
-from .base import Errored, Outcome, RenderRequest, Runner, RunnerUnavailable, describe_exit, kill_process_group
-from .protocol import PROTOCOL_VERSION, ProtocolError, encode, outcome_from_message, render_message
+from .base import (
+    Errored,
+    Outcome,
+    RenderRequest,
+    Runner,
+    RunnerUnavailable,
+    describe_exit,
+    kill_process_group,
+)
+from .protocol import (
+    PROTOCOL_VERSION,
+    ProtocolError,
+    batch_message,
+    encode,
+    negotiated_version,
+    outcome_from_message,
+    render_message,
+    start_message,
+)
 
 DEFAULT_TIMEOUT = 20.0
 START_TIMEOUT = 60.0
+# Conversations per batch message (protocol 2): large enough to amortise the template's encoding, small
+# enough that a harness crash mid-batch re-sends little.
+BATCH_SIZE = 64
 STDERR_TAIL = 4000
 MAX_LINE = 256 * 1024 * 1024
 
@@ -31,12 +51,25 @@ class HarnessFailure(Exception):
         self.timed_out = timed_out
 
 
+class VersionRefused(HarnessFailure):
+    """The harness answered start with an error: it does not speak the version asked for."""
+
+
+class BatchFailure(HarnessFailure):
+    """A batch stopped part-way: `outcomes` holds the answers read before the failure."""
+
+    def __init__(self, failure: HarnessFailure, outcomes: list):
+        super().__init__(str(failure), failure.timed_out)
+        self.outcomes = outcomes
+
+
 class HarnessProcess:
     """One live harness process: start handshake, one render at a time, stop."""
 
     def __init__(self, argv: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None,
-                 start_timeout: float = START_TIMEOUT, validate: bool = False):
+                 start_timeout: float = START_TIMEOUT, validate: bool = False, version: int = PROTOCOL_VERSION):
         self.argv = list(argv)
+        self.version = version
         # validate: check every line both ways against runners/protocol/*.schema.json (a violation is a failure).
         self.validate = validate
         self.stderr_file = tempfile.TemporaryFile()
@@ -51,6 +84,7 @@ class HarnessProcess:
         self._selector = selectors.DefaultSelector()
         self._selector.register(self.proc.stdout, selectors.EVENT_READ)
         self.seq = 0
+        self.bindings = False
         try:
             self.info = self._handshake(start_timeout)
         except BaseException:
@@ -58,7 +92,7 @@ class HarnessProcess:
             raise
 
     def _handshake(self, timeout: float) -> dict:
-        self._send({"cmd": "start", "version": PROTOCOL_VERSION})
+        self._send(start_message(self.version))
         line = self._read_line(timeout)
         if self.validate:
             self._check_response("start-response", line)
@@ -66,8 +100,13 @@ class HarnessProcess:
             info = json.loads(line)
         except ValueError as exc:
             raise HarnessFailure(f"start response is not JSON: {line[:200]!r}") from exc
+        if isinstance(info, dict) and "error" in info and "name" not in info:
+            raise VersionRefused(f"the harness refused protocol version {self.version}: {str(info['error'])[:200]}")
         if not isinstance(info, dict) or "name" not in info:
             raise HarnessFailure(f"start response lacks a name: {line[:200]!r}")
+        # A harness that ignored the version it was asked for speaks version 1.
+        self.version = min(self.version, negotiated_version(info))
+        self.bindings = self.version >= 2 and info.get("bindings") is True
         return info
 
     def _check_response(self, kind: str, line: bytes) -> None:
@@ -112,7 +151,27 @@ class HarnessProcess:
 
     def render(self, request: RenderRequest, timeout: float) -> Outcome:
         self.seq += 1
-        self._send(render_message(self.seq, request))
+        self._send(render_message(self.seq, request, self.bindings))
+        return self._read_outcome(timeout)
+
+    def render_batch(self, requests: Sequence[RenderRequest], timeout: float) -> list:
+        """Outcomes for one template's requests: one batch message in version 2, renders one by one in 1.
+        Raises BatchFailure carrying the outcomes read before a failure."""
+        outcomes: list = []
+        try:
+            if self.version < 2 or len(requests) == 1:
+                for request in requests:
+                    outcomes.append(self.render(request, timeout))
+                return outcomes
+            self._send(batch_message(self.seq + 1, requests, self.bindings))
+            for _ in requests:
+                self.seq += 1
+                outcomes.append(self._read_outcome(timeout))
+            return outcomes
+        except HarnessFailure as exc:
+            raise BatchFailure(exc, outcomes) from exc
+
+    def _read_outcome(self, timeout: float) -> Outcome:
         line = self._read_line(timeout)
         try:
             message = json.loads(line)
@@ -121,7 +180,7 @@ class HarnessProcess:
         if self.validate:
             self._check_response("render-response", line)
         try:
-            return outcome_from_message(message, self.seq)
+            return outcome_from_message(message, self.seq, self.version)
         except ProtocolError as exc:
             raise HarnessFailure(f"protocol violation: {exc}") from exc
 
@@ -184,17 +243,28 @@ class CommandRunner(Runner):
         self._name_override = name
         self.name = name or os.path.basename(self.argv[0])
         self.version = "unknown"
+        self.protocol = PROTOCOL_VERSION  # lowered to 1 once a harness refuses version 2
+        self.build: Optional[str] = None  # version 2: the harness's build identity, when it gives one
         self._described = False
 
-    # Starting the first process tells us the harness's own name and version.
+    # Starting the first process tells us the harness's own name, version and protocol version.
     def _spawn(self) -> HarnessProcess:
         try:
-            proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout,
-                                  validate=self.validate)
+            try:
+                proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout,
+                                      validate=self.validate, version=self.protocol)
+            except VersionRefused:
+                if self.protocol == 1:
+                    raise
+                # A version-1 harness refuses 2 and exits, as version 1 tells it to: start it again with 1.
+                self.protocol = 1
+                proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout,
+                                      validate=self.validate, version=1)
         except HarnessFailure as exc:
             raise RunnerUnavailable(f"harness {self.argv!r} failed to start: {exc}") from exc
         with self._lock:
             self._all.append(proc)
+            self.protocol = proc.version
             if not self._described:
                 self._described = True
                 info = proc.info
@@ -203,7 +273,16 @@ class CommandRunner(Runner):
                 self.version = str(info.get("version", self.version))
                 self.language = str(info.get("language", self.language))
                 self.homepage = str(info.get("homepage", self.homepage))
+                build = info.get("build") if proc.version >= 2 else None
+                self.build = str(build) if build else None
         return proc
+
+    def describe(self) -> dict:
+        info = super().describe()
+        info["protocol"] = self.protocol
+        if self.build:
+            info["build"] = self.build
+        return info
 
     def start(self) -> dict:
         """Start one process now (rather than on the first render) and return the harness description."""
@@ -226,20 +305,38 @@ class CommandRunner(Runner):
     def _render_on(self, proc: Optional[HarnessProcess], request: RenderRequest) -> tuple:
         """(the process to keep using, outcome): renders on `proc`, starting one first when there is none or
         it died; a failure retires the process (None comes back) and costs only this cell."""
-        if proc is None or not proc.alive():
-            if proc is not None:
-                self._retire(proc)
+        proc, outcomes = self._render_run(proc, [request])
+        return proc, outcomes[0]
+
+    def _render_run(self, proc: Optional[HarnessProcess], requests: list) -> tuple:
+        """(the process to keep using, outcomes) for consecutive requests sharing a template: one batch per
+        BATCH_SIZE in protocol 2. A failure costs the cell it happened on; the rest go to a fresh process."""
+        outcomes: list = []
+        pending = list(requests)
+        while pending:
+            if proc is None or not proc.alive():
+                if proc is not None:
+                    self._retire(proc)
+                try:
+                    proc = self._spawn()
+                except RunnerUnavailable as exc:
+                    outcomes.extend(Errored(str(exc)) for _ in pending)
+                    return None, outcomes
+            chunk = pending[:BATCH_SIZE]
             try:
-                proc = self._spawn()
-            except RunnerUnavailable as exc:
-                return None, Errored(str(exc))
-        try:
-            return proc, proc.render(request, self.timeout)
-        except HarnessFailure as exc:
-            detail = proc.stderr_tail()
-            self._retire(proc)
-            self.restarts += 1
-            return None, Errored(f"{self.name}: {exc}", detail, timed_out=exc.timed_out)
+                done = proc.render_batch(chunk, self.timeout)
+            except BatchFailure as exc:
+                detail = proc.stderr_tail()
+                self._retire(proc)
+                proc = None
+                self.restarts += 1
+                outcomes.extend(exc.outcomes)
+                outcomes.append(Errored(f"{self.name}: {exc}", detail, timed_out=exc.timed_out))
+                pending = pending[len(exc.outcomes) + 1:]
+                continue
+            outcomes.extend(done)
+            pending = pending[len(chunk):]
+        return proc, outcomes
 
     def _retire(self, proc: HarnessProcess) -> None:
         proc.kill()
@@ -252,8 +349,7 @@ class CommandRunner(Runner):
         template on its own process, so an engine that compiles and caches a template does so once per
         template rather than once per process (measured: the evaluator spent a third of its time compiling)."""
         requests = list(requests)
-        if self.workers == 1 or len(requests) < 2:
-            yield from super().render_many(requests)
+        if not requests:
             return
         runs = _template_runs(requests, -(-len(requests) // self.workers))
         work: "queue.SimpleQueue[int]" = queue.SimpleQueue()
@@ -271,14 +367,17 @@ class CommandRunner(Runner):
                         number = work.get_nowait()
                     except queue.Empty:
                         return
-                    for index in runs[number]:
-                        if abort.is_set():
+                    indices = runs[number]
+                    if abort.is_set():
+                        for index in indices:
                             results[index] = Errored(f"{self.name}: cell not rendered (interrupted)")
-                            continue
+                    else:
                         try:
-                            proc, results[index] = self._render_on(proc, requests[index])
-                        except Exception as exc:  # a runner bug costs one cell, never the run
-                            results[index] = Errored(f"{self.name}: {type(exc).__name__}: {exc}")
+                            proc, outcomes = self._render_run(proc, [requests[i] for i in indices])
+                        except Exception as exc:  # a runner bug costs its cells, never the run
+                            outcomes = [Errored(f"{self.name}: {type(exc).__name__}: {exc}")] * len(indices)
+                        for index, outcome in zip(indices, outcomes):
+                            results[index] = outcome
                     finished[number].set()
             finally:
                 self._idle.put(proc)
@@ -303,11 +402,14 @@ class CommandRunner(Runner):
 
 
 def _template_runs(requests: list, longest: int) -> list:
-    """Indices of consecutive requests with the same template, cut at `longest` so that a small batch (one
-    template) still spreads over every worker."""
+    """Indices of consecutive requests with the same template and special tokens (one batch message can carry
+    them), cut at `longest` so that a small batch (one template) still spreads over every worker."""
     runs: list = []
     for index, request in enumerate(requests):
-        if runs and requests[runs[-1][-1]].template == request.template and len(runs[-1]) < longest:
+        previous = requests[runs[-1][-1]] if runs else None
+        if (previous is not None and len(runs[-1]) < longest
+                and (previous.template, previous.bos_token, previous.eos_token)
+                == (request.template, request.bos_token, request.eos_token)):
             runs[-1].append(index)
         else:
             runs.append([index])

@@ -9,10 +9,17 @@ import json
 import os
 import resource
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 from .base import Errored, Outcome, RenderRequest
-from .protocol import PROTOCOL_VERSION, encode, outcome_message, request_from_message
+from .protocol import (
+    SUPPORTED_VERSIONS,
+    encode,
+    harness_description,
+    outcome_message,
+    request_from_message,
+    requests_from_batch,
+)
 
 # Address-space cap for a harness process: a template that builds a gigantic string fails with MemoryError.
 DEFAULT_MEMORY_LIMIT = 4 * 1024**3
@@ -33,13 +40,27 @@ def limit_memory(limit_bytes: int = DEFAULT_MEMORY_LIMIT) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, hard))
 
 
-def serve(info: dict, render: Callable[[RenderRequest], Outcome], memory_limit: int | None = DEFAULT_MEMORY_LIMIT) -> None:
-    """Answer protocol messages on stdin/stdout until `stop` or end of input."""
+def serve(info: dict, render: Callable[[RenderRequest], Outcome], memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
+          build: Optional[str] = None) -> None:
+    """Answer protocol messages on stdin/stdout until `stop` or end of input, in version 1 or 2 as the client
+    asks. `build` (version 2) identifies the engine build so chatgold may reuse earlier outcomes; give it only
+    when the outcome is a pure function of the build, the template and the conversation."""
     # The protocol owns the real stdout; anything an engine prints goes to stderr instead.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     sys.stdout = sys.stderr
     if memory_limit:
         limit_memory(memory_limit)
+    version = 1
+
+    def answer(seq, request: RenderRequest) -> None:
+        try:
+            outcome = render(request)
+        except MemoryError:
+            outcome = Errored("memory limit exceeded while rendering")
+        except Exception as exc:  # the renderer's own bug: report it, keep serving
+            outcome = Errored(f"harness failed: {type(exc).__name__}: {exc}")
+        out.write(encode(outcome_message(seq, outcome, version)))
+
     for raw in sys.stdin.buffer:
         try:
             message = json.loads(raw)
@@ -48,19 +69,16 @@ def serve(info: dict, render: Callable[[RenderRequest], Outcome], memory_limit: 
             continue
         cmd = message.get("cmd")
         if cmd == "start":
-            if message.get("version") != PROTOCOL_VERSION:
+            if message.get("version") not in SUPPORTED_VERSIONS:
                 out.write(encode({"error": f"unsupported protocol version {message.get('version')!r}"}))
                 return
-            out.write(encode(info))
+            version = message["version"]
+            out.write(encode(harness_description(info, version, build)))
         elif cmd == "render":
-            seq = message.get("seq")
-            try:
-                outcome = render(request_from_message(message))
-            except MemoryError:
-                outcome = Errored("memory limit exceeded while rendering")
-            except Exception as exc:  # the renderer's own bug: report it, keep serving
-                outcome = Errored(f"harness failed: {type(exc).__name__}: {exc}")
-            out.write(encode(outcome_message(seq, outcome)))
+            answer(message.get("seq"), request_from_message(message))
+        elif cmd == "batch" and version >= 2:
+            for offset, request in enumerate(requests_from_batch(message)):
+                answer(message["seq"] + offset, request)
         elif cmd == "stop":
             return
         else:

@@ -15,7 +15,7 @@ import os
 from functools import lru_cache
 from typing import Optional
 
-from .base import Outcome, Raised, Rendered, RenderRequest
+from .base import Outcome, Raised, RefusalKind, Rendered, RenderRequest
 from .command import CommandRunner
 from .harness import python_harness
 
@@ -32,6 +32,28 @@ def parse_now(now: str) -> _dt.datetime:
     if value.tzinfo is not None:
         value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
     return value
+
+
+# jinja2's exception types as refusal kinds: a syntax or assertion error is the template failing to compile;
+# TemplateError itself is what the template's raise_exception(M) raises (transformers'
+# utils/chat_template_utils.py, _compile_jinja_template); every other failure happens while rendering.
+_COMPILE_ERRORS = frozenset({"TemplateSyntaxError", "TemplateAssertionError"})
+_RAISE_ERROR = "TemplateError"
+
+
+def refusal_of(type_name: str) -> RefusalKind:
+    if type_name in _COMPILE_ERRORS:
+        return RefusalKind.COMPILE
+    return RefusalKind.RAISE if type_name == _RAISE_ERROR else RefusalKind.RENDER
+
+
+def reference_refusal(text: str) -> tuple[RefusalKind, str]:
+    """(kind, message) of a reference refusal as goldens store it ("<ExceptionType>: <message>"); for
+    raise_exception the message is exactly the template's argument."""
+    type_name, sep, message = text.partition(": ")
+    if not sep or not type_name.isidentifier():
+        return RefusalKind.RENDER, text
+    return refusal_of(type_name), message
 
 
 class _FrozenDatetime(_dt.datetime):
@@ -101,7 +123,7 @@ class HFRenderer:
         except MemoryError:
             raise
         except Exception as exc:  # every failure inside apply_chat_template is the reference refusing
-            return Raised(f"{type(exc).__name__}: {exc}")
+            return Raised(f"{type(exc).__name__}: {exc}", refusal_of(type(exc).__name__))
         finally:
             _frozen_now.reset(token)
         return Rendered(text)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-from importlib.metadata import PackageNotFoundError, version as _dist_version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
 from typing import Any, Optional
 
-from .base import Outcome, Raised, Rendered, RenderRequest, Skipped
+from .base import Outcome, Raised, RefusalKind, Rendered, RenderRequest, Skipped
 from .command import CommandRunner
 from .harness import python_harness
 
@@ -145,6 +146,10 @@ class MiniJinjaRenderer:
 
         if request.continue_final_message:
             return Skipped("continue_final_message is apply_chat_template post-processing; minijinja embedders have none")
+        try:
+            load_template(self.env, "chat_template", request.template)
+        except TemplateError as exc:
+            return Raised(error_text(exc), RefusalKind.COMPILE)
         context = {}
         if request.bos_token is not None:
             context["bos_token"] = request.bos_token
@@ -159,10 +164,10 @@ class MiniJinjaRenderer:
         except TemplateError as exc:
             message = raised_by_template(exc)
             if message is not None:
-                return Raised(f"raise_exception: {message}")
-            return Raised(error_text(exc))
+                return Raised(message, RefusalKind.RAISE)
+            return Raised(error_text(exc), RefusalKind.RENDER)
         except TemplateRaised as exc:
-            return Raised(f"raise_exception: {exc}")
+            return Raised(str(exc), RefusalKind.RAISE)
 
 
 class MiniJinjaRunner(CommandRunner):

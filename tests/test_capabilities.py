@@ -137,7 +137,9 @@ def test_bad_golden_names_the_file(tmp_path):
 def test_agreement_summary_rates():
     counts = {"supports_tools": {"agree": 3, "disagree": 1, "unknown": 2, "disagreements": []},
               "supports_system_role": {"agree": 0, "disagree": 0, "unknown": 5, "disagreements": []}}
-    summary = cap.agreement_summary(counts)
+    from conformance.analysis.agreement import summarize_agreement
+
+    summary = summarize_agreement(counts)
     assert summary["capabilities"]["supports_tools"]["agreement"] == 0.75
     assert summary["capabilities"]["supports_tools"]["compared"] == 4
     assert summary["capabilities"]["supports_system_role"]["agreement"] is None

@@ -24,11 +24,11 @@ def vocabulary() -> dict:
 
 
 def _messages(case: Case):
-    return case.messages
+    return case.conversation.messages
 
 
 def _tool_calls(case: Case):
-    for message in case.messages:
+    for message in case.conversation.messages:
         for tool_call in message.get("tool_calls") or []:
             yield tool_call
 
@@ -67,31 +67,31 @@ def test_every_tag_is_in_the_vocabulary_and_every_entry_is_used(cases, vocabular
 
 def _facts(case: Case) -> dict:
     """Tags whose truth follows from the case data alone."""
-    contents = [m.get("content", "<missing>") for m in case.messages]
+    contents = [m.get("content", "<missing>") for m in case.conversation.messages]
     arguments = [tc.get("function", {}).get("arguments") for tc in _tool_calls(case)]
-    roles_with_parts = {m["role"] for m in case.messages if isinstance(m.get("content"), list)}
+    roles_with_parts = {m["role"] for m in case.conversation.messages if isinstance(m.get("content"), list)}
     facts = {
-        "tools": case.tools is not None,
-        "tools.empty-list": case.tools == [],
+        "tools": case.conversation.tools is not None,
+        "tools.empty-list": case.conversation.tools == [],
         "tool-calls": any(True for _ in _tool_calls(case)),
-        "tool-calls.parallel": any(len(m.get("tool_calls") or []) > 1 for m in case.messages),
+        "tool-calls.parallel": any(len(m.get("tool_calls") or []) > 1 for m in case.conversation.messages),
         "arguments.object": any(isinstance(a, dict) for a in arguments),
         "arguments.string": any(isinstance(a, str) for a in arguments),
-        "tool-result": any(m["role"] == "tool" for m in case.messages),
+        "tool-result": any(m["role"] == "tool" for m in case.conversation.messages),
         "null-content": any(c is None for c in contents),
         "empty-content": any(c == "" for c in contents),
-        "reasoning-content": any("reasoning_content" in m for m in case.messages),
-        "developer-role": any(m["role"] == "developer" for m in case.messages),
-        "documents": case.documents is not None,
-        "continue-final-message": case.continue_final_message,
+        "reasoning-content": any("reasoning_content" in m for m in case.conversation.messages),
+        "developer-role": any(m["role"] == "developer" for m in case.conversation.messages),
+        "documents": case.conversation.documents is not None,
+        "continue-final-message": case.conversation.continue_final_message,
         "sequence": case.sequence is not None,
-        "kwargs": bool(case.kwargs),
-        "clock": case.now != DEFAULT_NOW,
-        "ends-with-assistant": bool(case.messages) and case.messages[-1]["role"] == "assistant",
+        "kwargs": bool(case.conversation.kwargs),
+        "clock": case.conversation.now != DEFAULT_NOW,
+        "ends-with-assistant": bool(case.conversation.messages) and case.conversation.messages[-1]["role"] == "assistant",
         "content-parts": bool(roles_with_parts),
-        "tools.dropped": case.tools is None and any(True for _ in _tool_calls(case)),
-        "thinking.on": case.kwargs.get("enable_thinking") is True,
-        "thinking.off": case.kwargs.get("enable_thinking") is False,
+        "tools.dropped": case.conversation.tools is None and any(True for _ in _tool_calls(case)),
+        "thinking.on": case.conversation.kwargs.get("enable_thinking") is True,
+        "thinking.off": case.conversation.kwargs.get("enable_thinking") is False,
     }
     for role in ("system", "user", "assistant", "tool"):
         facts[f"content-parts.{role}"] = role in roles_with_parts
@@ -104,7 +104,7 @@ def test_checkable_tags_match_the_data(cases, vocabulary):
             assert tag in vocabulary, tag
             assert (tag in case.features) == true, f"{case.id}: tag {tag!r} {'missing' if true else 'wrong'}"
         kwarg_tags = {t.split(".", 1)[1] for t in case.features if t.startswith("kwarg.")}
-        assert kwarg_tags == set(case.kwargs), f"{case.id}: kwarg.* tags {kwarg_tags} vs kwargs {set(case.kwargs)}"
+        assert kwarg_tags == set(case.conversation.kwargs), f"{case.id}: kwarg.* tags {kwarg_tags} vs kwargs {set(case.conversation.kwargs)}"
 
 
 # --- the coverage the spine lists ---------------------------------------------------------------------------
@@ -135,41 +135,41 @@ def test_coverage_in_the_data_itself(cases):
         return any(predicate(case) for case in cases)
 
     assert some(lambda c: any(m["role"] == "assistant" and m.get("content") is None and m.get("tool_calls")
-                              for m in c.messages))
+                              for m in c.conversation.messages))
     assert some(lambda c: any(m["role"] == "assistant" and m.get("reasoning_content") and m.get("content") in ("", None)
-                              for m in c.messages))
+                              for m in c.conversation.messages))
     assert some(lambda c: any(isinstance(m.get("content"), str) and "<think>" in m["content"]
-                              for m in c.messages if m["role"] == "assistant"))
+                              for m in c.conversation.messages if m["role"] == "assistant"))
     assert some(lambda c: any(isinstance(m.get("content"), list)
                               and any(p.get("type") in ("image", "image_url") for p in m["content"])
-                              for m in c.messages))
-    assert some(lambda c: all(m.get("tool_call_id") and m.get("name") for m in c.messages if m["role"] == "tool")
-                and any(m["role"] == "tool" for m in c.messages))
-    assert some(lambda c: "enable_thinking" not in c.kwargs and "thinking.absent" in c.features)
-    assert some(lambda c: len(c.messages) >= 100)
-    assert some(lambda c: sum(m["role"] == "user" for m in c.messages) >= 50)
-    assert some(lambda c: "-12-31T23:59:59" in c.now)
-    assert some(lambda c: "-02-29T" in c.now)
+                              for m in c.conversation.messages))
+    assert some(lambda c: all(m.get("tool_call_id") and m.get("name") for m in c.conversation.messages if m["role"] == "tool")
+                and any(m["role"] == "tool" for m in c.conversation.messages))
+    assert some(lambda c: "enable_thinking" not in c.conversation.kwargs and "thinking.absent" in c.features)
+    assert some(lambda c: len(c.conversation.messages) >= 100)
+    assert some(lambda c: sum(m["role"] == "user" for m in c.conversation.messages) >= 50)
+    assert some(lambda c: "-12-31T23:59:59" in c.conversation.now)
+    assert some(lambda c: "-02-29T" in c.conversation.now)
     assert some(lambda c: any(m.get("content") and all(
-        ch in m["content"] for ch in "<>&'\"/\\") for m in c.messages if isinstance(m.get("content"), str)))
+        ch in m["content"] for ch in "<>&'\"/\\") for m in c.conversation.messages if isinstance(m.get("content"), str)))
     assert some(lambda c: any(isinstance(m.get("content"), str) and "{{" in m["content"] and "{%" in m["content"]
-                              for m in c.messages))
+                              for m in c.conversation.messages))
     for name in ("reasoning_effort", "enable_thinking", "thinking", "custom_tools", "tools_in_user_message",
                  "date_string", "builtin_tools"):
-        assert some(lambda c: name in c.kwargs), name
+        assert some(lambda c: name in c.conversation.kwargs), name
     for value in (True, False):
-        assert some(lambda c: c.kwargs.get("enable_thinking") is value)
+        assert some(lambda c: c.conversation.kwargs.get("enable_thinking") is value)
 
 
 def test_tool_shapes_follow_the_openai_format(cases):
     for case in cases:
-        for tool in case.tools or []:
+        for tool in case.conversation.tools or []:
             assert tool.get("type") == "function", case.id
             function = tool["function"]
             assert function["name"] and isinstance(function.get("description"), str), case.id
             assert function["parameters"]["type"] == "object", case.id
         seen_ids = set()
-        for message in case.messages:
+        for message in case.conversation.messages:
             for tool_call in message.get("tool_calls") or []:
                 assert tool_call["type"] == "function" and tool_call["id"], case.id
                 assert tool_call["function"]["name"], case.id
@@ -185,17 +185,17 @@ def test_tool_shapes_follow_the_openai_format(cases):
 
 def test_generation_prompt_conventions(cases):
     for case in cases:
-        last = case.messages[-1]["role"]
-        if case.continue_final_message:
-            assert last == "assistant" and not case.add_generation_prompt, case.id
+        last = case.conversation.messages[-1]["role"]
+        if case.conversation.continue_final_message:
+            assert last == "assistant" and not case.conversation.add_generation_prompt, case.id
         elif "no-generation-prompt" in case.features:
-            assert last in ("user", "tool") and not case.add_generation_prompt, case.id
+            assert last in ("user", "tool") and not case.conversation.add_generation_prompt, case.id
         elif "generation-prompt-after-assistant" in case.features:
-            assert last == "assistant" and case.add_generation_prompt, case.id
+            assert last == "assistant" and case.conversation.add_generation_prompt, case.id
         elif "system-only" in case.features:
-            assert case.add_generation_prompt, case.id
+            assert case.conversation.add_generation_prompt, case.id
         else:
-            assert case.add_generation_prompt == (last in ("user", "tool")), case.id
+            assert case.conversation.add_generation_prompt == (last in ("user", "tool")), case.id
 
 
 # --- sequences ------------------------------------------------------------------------------------------------
@@ -209,11 +209,12 @@ def test_sequences_are_true_prefixes(cases):
             by_name[case.sequence["name"]][step] = case
             assert case.id == f"seq-{case.sequence['name']}-{step}", case.id
     assert len(by_name) >= 2
-    assert any(any(c.tools for c in steps.values()) for steps in by_name.values()), "no tool-use sequence"
+    assert any(any(c.conversation.tools for c in steps.values()) for steps in by_name.values()), "no tool-use sequence"
     for name, steps in by_name.items():
         assert sorted(steps) == list(range(1, len(steps) + 1)) and len(steps) >= 4, name
         for n in range(1, len(steps)):
             shorter, longer = steps[n], steps[n + 1]
+            shorter, longer = shorter.conversation, longer.conversation
             assert len(longer.messages) > len(shorter.messages), (name, n)
             assert longer.messages[:len(shorter.messages)] == shorter.messages, f"{name}: step {n} is not a prefix of {n + 1}"
             for attribute in ("tools", "documents", "kwargs", "now", "add_generation_prompt", "continue_final_message"):
@@ -249,9 +250,9 @@ def test_every_case_renders_through_the_reference(cases):
     for case in cases:
         outcome = renderer.render(case.request(TOLERANT_TEMPLATE, "<s>", "</s>", "tolerant"))
         assert outcome.kind == "rendered", f"{case.id}: {outcome}"
-        for message in case.messages:
+        for message in case.conversation.messages:
             content = message.get("content")
-            if isinstance(content, str) and content.strip() and not case.continue_final_message:
+            if isinstance(content, str) and content.strip() and not case.conversation.continue_final_message:
                 assert content in outcome.text, f"{case.id}: content missing from the rendered prompt"
 
 

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from conformance.judge.attribution import attribute_divergence
 from conformance.corpus.cases import load_cases
-from conformance.judge.status import DIVERGED, check_cells
 from conformance.corpus.manifest import load_corpus
-from conformance.judge.goldens import Golden, read_golden
-from conformance.judge.pipeline import iter_cells
+from conformance.judge.attribution import attribute_divergence, attribute_diverged
+from conformance.judge.goldens import Golden, GoldenStore, read_golden
+from conformance.judge.pipeline import iter_cells, requests_by_cell, run
+from conformance.judge.status import Status
 from runners import get_runner
+
+DIVERGED = Status.DIVERGED
+
+
+def check_cells(runner, cells, attribute=True):
+    results = run(runner, cells).results
+    if attribute:
+        attribute_diverged(results, requests_by_cell(cells), GoldenStore())
+    return results
 
 TEMPLATE = "ai21labs-ai21-jamba-reasoning-3b"  # dumps each tool with `tool | tojson`
 CASE = "tools-no-parameters"                   # a description with an apostrophe: minijinja escapes it as \u0027

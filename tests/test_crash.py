@@ -24,8 +24,8 @@ TEMPLATE = ("{% if messages[0].content == 'slowdown' %}{% for i in range(3000) %
 
 
 def _requests() -> list[RenderRequest]:
-    normal = [RenderRequest(template=TEMPLATE, messages=MESSAGES, template_id=f"n{i}", case_id="c") for i in range(6)]
-    slow = RenderRequest(template=TEMPLATE, messages=[{"role": "user", "content": "slowdown"}], template_id="slow",
+    normal = [RenderRequest.make(template=TEMPLATE, messages=MESSAGES, template_id=f"n{i}", case_id="c") for i in range(6)]
+    slow = RenderRequest.make(template=TEMPLATE, messages=[{"role": "user", "content": "slowdown"}], template_id="slow",
                          case_id="c")
     return normal[:3] + [slow] + normal[3:]
 

@@ -37,7 +37,7 @@ EASY = {
 def request(template, messages=CONVERSATION, **options):
     options.setdefault("bos_token", "<s>")
     options.setdefault("eos_token", "</s>")
-    return RenderRequest(template, messages, **options)
+    return RenderRequest.make(template, messages, **options)
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,10 @@ def test_raise_exception_is_raised_with_the_message(engines, hf, engine):
 
 def test_engines_describe_themselves(minijinja, hfjs):
     assert minijinja.start()["name"] == "minijinja" and minijinja.version == "3.1.0"
-    assert hfjs.start() == {"name": "hfjs", "version": "0.5.11", "language": "javascript", "homepage": hfjs.homepage}
+    described = hfjs.start()
+    assert {k: described[k] for k in ("name", "version", "language", "homepage")} == {
+        "name": "hfjs", "version": "0.5.11", "language": "javascript", "homepage": hfjs.homepage}
+    assert described["protocol"] == 2 and described["build"].startswith("@huggingface/jinja@0.5.11")
 
 
 # ---- divergences measured on this machine: they must stay visible ----
@@ -205,4 +208,4 @@ def test_paperkiln_renders_its_record_and_skips_what_it_cannot_resolve(hf):
         assert isinstance(declared.render(odd), Raised)
     with get_runner("paperkiln") as undeclared:
         outcome = undeclared.render(request(QWEN_LIKE, add_generation_prompt=True))
-        assert isinstance(outcome, Skipped) and "raw completion only" in outcome.reason
+        assert isinstance(outcome, Skipped) and "raw completion only" in outcome.message

@@ -48,7 +48,7 @@ def test_corpus_is_found():
 def test_real_template_matches_hf(template_id, hf, evaluator):
     source = TEMPLATES[template_id]
     for case_id, conversation in CONVERSATIONS.items():
-        request = RenderRequest(source, template_id=template_id, case_id=case_id, **conversation)
+        request = RenderRequest.make(source, template_id=template_id, case_id=case_id, **conversation)
         assert_same(hf.render(request), evaluator.render(request), request.cell())
 
 
@@ -56,52 +56,52 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 SIMPLE = "{% for m in messages %}{{ m.role }}:{{ m.content }}\n{% endfor %}{% if add_generation_prompt %}>{% endif %}"
 
 EDGE_REQUESTS = {
-    "empty-conversation": RenderRequest(SIMPLE, []),
-    "non-dict-message": RenderRequest(SIMPLE, ["hello"]),
-    "continue-and-generation-prompt": RenderRequest(SIMPLE, MESSAGES, add_generation_prompt=True,
+    "empty-conversation": RenderRequest.make(SIMPLE, []),
+    "non-dict-message": RenderRequest.make(SIMPLE, ["hello"]),
+    "continue-and-generation-prompt": RenderRequest.make(SIMPLE, MESSAGES, add_generation_prompt=True,
                                                     continue_final_message=True),
-    "continue-missing-field": RenderRequest("{{ messages[0].role }}", MESSAGES, continue_final_message=True),
-    "continue-trimmed": RenderRequest("{% for m in messages %}{{ m.content|trim }}|{% endfor %}",
+    "continue-missing-field": RenderRequest.make("{{ messages[0].role }}", MESSAGES, continue_final_message=True),
+    "continue-trimmed": RenderRequest.make("{% for m in messages %}{{ m.content|trim }}|{% endfor %}",
                                       [{"role": "assistant", "content": "abc  "}], continue_final_message=True),
-    "continue-content-list": RenderRequest("{% for m in messages %}{% for b in m.content %}{{ b.text }}{% endfor %}"
+    "continue-content-list": RenderRequest.make("{% for m in messages %}{% for b in m.content %}{{ b.text }}{% endfor %}"
                                            "{% endfor %}", [{"role": "assistant", "content": [{"type": "text",
                                                                                               "text": "pre"}]}],
                                            continue_final_message=True),
-    "tools-not-dicts": RenderRequest(SIMPLE, MESSAGES, tools=["get_weather"]),
-    "documents-not-dicts": RenderRequest(SIMPLE, MESSAGES, documents=["doc"]),
-    "none-values-dropped": RenderRequest("{{ messages[0] }}", [{"role": "user", "content": None, "x": 1}]),
-    "reasoning-aliases": RenderRequest("{{ messages[0]|tojson }}", [{"role": "assistant", "content": "a",
+    "tools-not-dicts": RenderRequest.make(SIMPLE, MESSAGES, tools=["get_weather"]),
+    "documents-not-dicts": RenderRequest.make(SIMPLE, MESSAGES, documents=["doc"]),
+    "none-values-dropped": RenderRequest.make("{{ messages[0] }}", [{"role": "user", "content": None, "x": 1}]),
+    "reasoning-aliases": RenderRequest.make("{{ messages[0]|tojson }}", [{"role": "assistant", "content": "a",
                                                                      "reasoning": "r"}]),
-    "syntax-error": RenderRequest("line one\n{% for %}", MESSAGES),
-    "unknown-filter": RenderRequest("{{ x|nofilter }}", MESSAGES),
-    "refusal": RenderRequest("{{ raise_exception('Only user roles, got ' ~ messages[0].role) }}", MESSAGES),
-    "undefined-attribute": RenderRequest("{{ x.y }}", MESSAGES),
-    "type-error": RenderRequest("{{ 'a' + 1 }}", MESSAGES),
-    "strftime-frozen": RenderRequest("{{ strftime_now('%Y-%m-%d %H:%M %A') }}", MESSAGES,
+    "syntax-error": RenderRequest.make("line one\n{% for %}", MESSAGES),
+    "unknown-filter": RenderRequest.make("{{ x|nofilter }}", MESSAGES),
+    "refusal": RenderRequest.make("{{ raise_exception('Only user roles, got ' ~ messages[0].role) }}", MESSAGES),
+    "undefined-attribute": RenderRequest.make("{{ x.y }}", MESSAGES),
+    "type-error": RenderRequest.make("{{ 'a' + 1 }}", MESSAGES),
+    "strftime-frozen": RenderRequest.make("{{ strftime_now('%Y-%m-%d %H:%M %A') }}", MESSAGES,
                                      now="2024-12-31T23:30:00-02:00"),
-    "tojson-options": RenderRequest("{{ tools|tojson(indent=2, sort_keys=True) }}{{ 'é<'|tojson }}", MESSAGES,
+    "tojson-options": RenderRequest.make("{{ tools|tojson(indent=2, sort_keys=True) }}{{ 'é<'|tojson }}", MESSAGES,
                                     tools=[{"b": 1, "a": "ü"}]),
-    "dict-global": RenderRequest("{{ dict(a=1, b=[2]) }}{{ dict.fromkeys(['x'], 0) }}", MESSAGES),
-    "namespace-underscore": RenderRequest("{% set ns = namespace(_a=1) %}", MESSAGES),
-    "namespace-write": RenderRequest("{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
+    "dict-global": RenderRequest.make("{{ dict(a=1, b=[2]) }}{{ dict.fromkeys(['x'], 0) }}", MESSAGES),
+    "namespace-underscore": RenderRequest.make("{% set ns = namespace(_a=1) %}", MESSAGES),
+    "namespace-write": RenderRequest.make("{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}"
                                      "{% endfor %}{{ ns.n }}", MESSAGES),
-    "sandbox-attribute": RenderRequest("{{ messages.__class__.__mro__ }}", MESSAGES),
-    "sandbox-mutation": RenderRequest("{{ messages.append(1) }}", MESSAGES),
-    "generation-tag": RenderRequest("{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}"
+    "sandbox-attribute": RenderRequest.make("{{ messages.__class__.__mro__ }}", MESSAGES),
+    "sandbox-mutation": RenderRequest.make("{{ messages.append(1) }}", MESSAGES),
+    "generation-tag": RenderRequest.make("{% for m in messages %}{% generation %}[{{ m.content }}]{% endgeneration %}"
                                     "{% endfor %}", MESSAGES),
-    "loopcontrols": RenderRequest("{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}"
+    "loopcontrols": RenderRequest.make("{% for i in range(5) %}{% if i == 1 %}{% continue %}{% endif %}"
                                   "{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}", MESSAGES),
-    "special-tokens-only-given": RenderRequest("{{ bos_token }}|{{ eos_token }}|{{ unk_token is defined }}",
+    "special-tokens-only-given": RenderRequest.make("{{ bos_token }}|{{ eos_token }}|{{ unk_token is defined }}",
                                                MESSAGES, bos_token="<s>"),
-    "kwarg-overrides-eos": RenderRequest("{{ eos_token }}", MESSAGES, eos_token="</s>", kwargs={"eos_token": "E"}),
-    "consumed-kwarg": RenderRequest("{{ max_length is defined }}", MESSAGES, kwargs={"max_length": 5}),
-    "recursion": RenderRequest("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", MESSAGES),
-    "range-cap": RenderRequest("{{ range(200000)|length }}", MESSAGES),
+    "kwarg-overrides-eos": RenderRequest.make("{{ eos_token }}", MESSAGES, eos_token="</s>", kwargs={"eos_token": "E"}),
+    "consumed-kwarg": RenderRequest.make("{{ max_length is defined }}", MESSAGES, kwargs={"max_length": 5}),
+    "recursion": RenderRequest.make("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", MESSAGES),
+    "range-cap": RenderRequest.make("{{ range(200000)|length }}", MESSAGES),
 }
 for key in ("messages", "tools", "documents", "add_generation_prompt", "continue_final_message", "tokenize",
             "chat_template", "conversation", "self", "conversations", "return_assistant_tokens_mask",
             "sanitize_control_tokens"):
-    EDGE_REQUESTS[f"kwarg-{key}"] = RenderRequest(SIMPLE, MESSAGES, kwargs={key: True})
+    EDGE_REQUESTS[f"kwarg-{key}"] = RenderRequest.make(SIMPLE, MESSAGES, kwargs={key: True})
 
 
 @pytest.mark.parametrize("case_id", sorted(EDGE_REQUESTS))

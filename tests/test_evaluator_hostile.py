@@ -42,7 +42,7 @@ RUNAWAY = {
 
 @pytest.mark.parametrize("name", sorted(ESCAPES))
 def test_escape_is_refused(name):
-    outcome = EvaluatorRunner().render(RenderRequest(ESCAPES[name], MESSAGES))
+    outcome = EvaluatorRunner().render(RenderRequest.make(ESCAPES[name], MESSAGES))
     if isinstance(outcome, Raised):
         assert outcome.message.startswith(("SecurityError", "UndefinedError")), outcome
     else:  # an unsafe attribute that is only printed renders as empty undefined, never the object
@@ -59,7 +59,7 @@ def test_runaway_template_is_bounded(name):
     source, expected = RUNAWAY[name]
     runner = EvaluatorRunner(timeout=TIME_LIMIT, max_output=8 * 1024 * 1024)
     started = time.monotonic()
-    outcome = runner.render(RenderRequest(source, MESSAGES))
+    outcome = runner.render(RenderRequest.make(source, MESSAGES))
     elapsed = time.monotonic() - started
     assert elapsed < TIME_LIMIT + SLACK, f"{name} took {elapsed:.1f} s"
     if expected == "raised":

@@ -5,10 +5,12 @@ import json
 
 import pytest
 
-from conformance.judge.status import CellResult
-from conformance.judge.expectations import (CHANGED, EXPECTED_FAIL, EXPECTED_PASS, UNEXPECTED_FAIL, UNEXPECTED_PASS,
-                                      Expectation, ExpectationsError, explain, load_expectations,
-                                      update_expectations, verdict)
+from conformance.judge.expectations import (Expectation, ExpectationsError, describe_cell, load_expectations,
+                                            update_expectations, verdict)
+from conformance.judge.status import CellResult, Verdict
+
+CHANGED, EXPECTED_FAIL, EXPECTED_PASS = Verdict.CHANGED, Verdict.EXPECTED_FAIL, Verdict.EXPECTED_PASS
+UNEXPECTED_FAIL, UNEXPECTED_PASS, NOT_RUN = Verdict.UNEXPECTED_FAIL, Verdict.UNEXPECTED_PASS, Verdict.NOT_RUN
 
 
 def _result(template, case, status, fingerprint=None, message=""):
@@ -25,6 +27,9 @@ def _result(template, case, status, fingerprint=None, message=""):
     ("diverged", "bb", Expectation("diverged", "aa"), CHANGED),
     ("engine-raised", "aa", Expectation("diverged", "aa"), CHANGED),
     ("timeout", None, Expectation("timeout", None), EXPECTED_FAIL),
+    ("skipped", None, None, NOT_RUN),
+    ("skipped", None, Expectation("skipped", None), NOT_RUN),
+    ("raised-differently", "aa", None, UNEXPECTED_FAIL),
 ])
 def test_verdicts(status, fp, expectation, expected):
     assert verdict(_result("t", "c", status, fp), expectation) == expected
@@ -32,12 +37,13 @@ def test_verdicts(status, fp, expectation, expected):
 
 def test_update_writes_compact_grouped_file_and_selection_keeps_the_rest(tmp_path):
     results = [_result("t1", "a", "diverged", "0123456789abcdef"), _result("t1", "b", "match"),
-               _result("t2", "a", "skipped", "fedcba9876543210", "no documents")]
+               _result("t2", "a", "engine-raised", "fedcba9876543210", "no documents"),
+               _result("t2", "b", "skipped", None, "no documents")]  # not run: never in a baseline
     _, counts = update_expectations("engine-x", results, directory=tmp_path)
     assert counts == {"added": 2, "removed": 0, "changed": 0, "total": 2}
     text = (tmp_path / "engine-x.json").read_text()
     data = json.loads(text)
-    assert data["cells"] == {"t1": {"a": "diverged:0123456789abcdef"}, "t2": {"a": "skipped:fedcba9876543210"}}
+    assert data["cells"] == {"t1": {"a": "diverged:0123456789abcdef"}, "t2": {"a": "engine-raised:fedcba9876543210"}}
     assert '"t1": {"a":"diverged:0123456789abcdef"}' in text  # one template per line
     # Give t1 a hand-written reason; a selective update of t2 only must keep t1 and the rule.
     data["rules"].insert(0, {"template": "t1", "reason": "minijinja escapes apostrophes", "link": "issue-1"})
@@ -50,7 +56,9 @@ def test_update_writes_compact_grouped_file_and_selection_keeps_the_rest(tmp_pat
     expectation = loaded.get("t1", "a")
     assert (expectation.reason, expectation.link, expectation.fingerprint) == (
         "minijinja escapes apostrophes", "issue-1", "0123456789abcdef")
-    message = explain(_result("t1", "a", "diverged", "1111111111111111"), expectation, CHANGED)
+    changed = _result("t1", "a", "diverged", "1111111111111111")
+    changed.expectation, changed.verdict = expectation, CHANGED
+    message = describe_cell(changed)
     assert "the output changed" in message and "minijinja escapes apostrophes" in message
 
 
@@ -76,15 +84,15 @@ def test_a_template_failing_every_case_is_stored_as_a_default(tmp_path):
     from conformance.corpus.cases import load_cases
 
     case_ids = [c.id for c in load_cases()]
-    results = [_result("t3", c, "skipped", "aaaaaaaaaaaaaaaa", "no support") for c in case_ids[1:]]
+    results = [_result("t3", c, "engine-raised", "aaaaaaaaaaaaaaaa", "no support") for c in case_ids[1:]]
     results.append(_result("t3", case_ids[0], "engine-raised", "bbbbbbbbbbbbbbbb"))
     results.append(_result("t4", case_ids[0], "diverged", "cccccccccccccccc"))  # not every case: no default
     update_expectations("engine-x", results, directory=tmp_path)
     data = json.loads((tmp_path / "engine-x.json").read_text())
-    assert data["cells"]["t3"] == {"*": "skipped:aaaaaaaaaaaaaaaa", case_ids[0]: "engine-raised:bbbbbbbbbbbbbbbb"}
+    assert data["cells"]["t3"] == {"*": "engine-raised:aaaaaaaaaaaaaaaa", case_ids[0]: "engine-raised:bbbbbbbbbbbbbbbb"}
     assert data["cells"]["t4"] == {case_ids[0]: "diverged:cccccccccccccccc"}
     loaded = load_expectations("engine-x", tmp_path)
-    assert loaded.get("t3", case_ids[5]).status == "skipped"
+    assert loaded.get("t3", case_ids[5]).fingerprint == "aaaaaaaaaaaaaaaa"
     assert loaded.get("t3", case_ids[0]).status == "engine-raised"
     assert loaded.get("t4", case_ids[5]) is None
     # A selective update of one case now passing expands the default and keeps every other case.
@@ -92,4 +100,4 @@ def test_a_template_failing_every_case_is_stored_as_a_default(tmp_path):
                                     selected={("t3", case_ids[5])}, directory=tmp_path)
     assert counts["removed"] == 1 and counts["added"] == 0
     loaded = load_expectations("engine-x", tmp_path)
-    assert loaded.get("t3", case_ids[5]) is None and loaded.get("t3", case_ids[6]).status == "skipped"
+    assert loaded.get("t3", case_ids[5]) is None and loaded.get("t3", case_ids[6]).fingerprint == "aaaaaaaaaaaaaaaa"

@@ -56,7 +56,7 @@ def test_export_cli_writes_valid_self_contained_vectors(tmp_path, hf_renderer):
         kinds.add(expected["kind"])
         # The line alone is enough to reproduce the expectation with the reference (no case files, no corpus).
         case = cell["case"]
-        outcome = hf_renderer.render(RenderRequest(
+        outcome = hf_renderer.render(RenderRequest.make(
             template=cell["template"]["source"], messages=case["messages"], bos_token=cell["template"]["bos_token"],
             eos_token=cell["template"]["eos_token"], tools=case.get("tools"), documents=case.get("documents"),
             add_generation_prompt=case["add_generation_prompt"], continue_final_message=case["continue_final_message"],

@@ -5,7 +5,6 @@ developer's scratch build); without a corpus the corpus-backed tests skip locall
 """
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import os
@@ -209,14 +208,9 @@ def test_diff_of_real_variants(corpus):
 
 def _run_cli(monkeypatch, argv) -> tuple[int, str]:
     from conformance import cli
-    from conformance.cli import corpus_extra as cli_corpus_extra
 
     monkeypatch.setattr(corpus_module, "templates_dir", lambda: CORPUS_ROOT)
-    parser = cli.build_parser()
-    top = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    if "families" not in cli_corpus_extra._corpus_subparsers(top).choices:
-        cli_corpus_extra.register(top)
-    args = parser.parse_args(argv)
+    args = cli.build_parser().parse_args(argv)
     out = io.StringIO()
     with redirect_stdout(out):
         status = args.func(args)

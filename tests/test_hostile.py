@@ -44,7 +44,7 @@ def _available_runners() -> list:
 
 
 def _request(template: str, template_id: str) -> RenderRequest:
-    return RenderRequest(template=template, messages=MESSAGES, template_id=template_id, case_id="hostile")
+    return RenderRequest.make(template=template, messages=MESSAGES, template_id=template_id, case_id="hostile")
 
 
 @pytest.mark.parametrize("runner_name", _available_runners())

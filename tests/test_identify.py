@@ -9,7 +9,6 @@ from pathlib import Path
 
 import gguf
 import numpy as np
-import pytest
 
 from conformance import repo_root
 from conformance.corpus.manifest import load_corpus
@@ -62,24 +61,31 @@ def test_known_and_unknown_templates_in_one_file(tmp_path):
     assert "no runner results" in done.stdout
 
 
+def _report(runners: dict, cells: list):
+    from conformance.report import REPORT_FORMAT, Report
+
+    return Report({"format": REPORT_FORMAT, "runners": runners, "cell_records": len(cells)}, cells)
+
+
 def test_runner_results_come_from_the_report(tmp_path):
+    from conformance.report import write_json
+
     path = write_gguf(tmp_path / "model.gguf", load_corpus().get(KNOWN).source())
-    report = tmp_path / "report.json"
-    # The shape `chatgold check --json` writes: failing/unexpected cells listed, expected passes by template.
-    runners = {"minijinja": {"cells": [{"template": KNOWN, "case": "b", "status": "diverged", "verdict": "expected-fail"}],
-                             "passed": {KNOWN: ["a"]}},
-               "hfjs": {"cells": [{"template": KNOWN, "case": "a", "status": "both-raised", "verdict": "unexpected-pass"}],
-                        "passed": {"other": ["a"]}}}
-    report.write_text(json.dumps({"format": 1, "runners": runners}))
-    assert runner_results(json.loads(report.read_text()))[KNOWN]["minijinja"] == {"cells": 2, "passed": 1,
-                                                                                   "conformance": 50.0}
-    done = _identify(str(path), "--report", str(report), "--json")
+    # The shape `chatgold check --json` writes: expected passes by template in the JSON, every other cell a
+    # record in the sidecar; a skipped cell is outside the conformance denominator.
+    report = _report({"minijinja": {"passed": {KNOWN: ["a"]}}, "hfjs": {"passed": {"other": ["a"]}}},
+                     [{"runner": "minijinja", "template": KNOWN, "case": "b", "status": "diverged"},
+                      {"runner": "minijinja", "template": KNOWN, "case": "c", "status": "skipped"},
+                      {"runner": "hfjs", "template": KNOWN, "case": "a", "status": "both-raised"}])
+    write_json(report, tmp_path / "report.json")
+    assert runner_results(report)[KNOWN]["minijinja"] == {"cells": 3, "judged": 2, "passed": 1, "conformance": 50.0}
+    done = _identify(str(path), "--report", str(tmp_path / "report.json"), "--json")
     assert done.returncode == 0, done.stderr
     (finding,) = json.loads(done.stdout)["templates"]
-    assert finding["runners"] == {"minijinja": {"cells": 2, "passed": 1, "conformance": 50.0},
-                                  "hfjs": {"cells": 1, "passed": 1, "conformance": 100.0}}
-    text = _identify(str(path), "--report", str(report)).stdout
-    assert "minijinja: 1/2 cells pass (50.0%)" in text
+    assert finding["runners"] == {"minijinja": {"cells": 3, "judged": 2, "passed": 1, "conformance": 50.0},
+                                  "hfjs": {"cells": 1, "judged": 1, "passed": 1, "conformance": 100.0}}
+    text = _identify(str(path), "--report", str(tmp_path / "report.json")).stdout
+    assert "minijinja: 1/3 cells pass of 2 run (50.0%)" in text
 
 
 def test_no_template_and_bad_files_are_reported(tmp_path):
@@ -113,9 +119,7 @@ def test_real_vocab_ggufs_of_llama_cpp(llamacpp_models):
 def test_runner_results_count_every_cell_of_a_gate_report():
     from conformance.corpus.identify import runner_results
 
-    report = {"runners": {"minijinja": {
-        "cells": [{"template": "t", "case": "a", "status": "diverged"}],
-        "passed": {"t": ["b", "c"]},
-        "known": {"t": {"d": "diverged:0123456789abcdef", "e": "engine-raised"}},
-    }}}
-    assert runner_results(report) == {"t": {"minijinja": {"cells": 5, "passed": 2, "conformance": 40.0}}}
+    report = _report({"minijinja": {"passed": {"t": ["b", "c"]}}},
+                     [{"runner": "minijinja", "template": "t", "case": c, "status": s}
+                      for c, s in (("a", "diverged"), ("d", "diverged"), ("e", "engine-raised"))])
+    assert runner_results(report) == {"t": {"minijinja": {"cells": 5, "judged": 5, "passed": 2, "conformance": 40.0}}}

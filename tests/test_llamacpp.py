@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from runners.base import Errored, Raised, Rendered, RenderRequest
+from runners.base import Errored, Raised, RefusalKind, Rendered, RenderRequest
 from runners.hf import HFRenderer
 from runners.llamacpp import LlamaCppRunner, build, build_llama_server
 from runners.llamacpp.model import model_for
@@ -53,7 +53,7 @@ def runner(llama_server_binary):
 
 
 def req(template, messages, bos=None, eos=None, agp=False, **extra):
-    return RenderRequest(template=template, messages=messages, bos_token=bos, eos_token=eos,
+    return RenderRequest.make(template=template, messages=messages, bos_token=bos, eos_token=eos,
                          add_generation_prompt=agp, **extra)
 
 
@@ -201,7 +201,9 @@ def test_request_body_and_outcome_mapping():
     with pytest.raises(Exception, match="documents"):
         LlamaCppRunner.request_body(req(CHATML, [], documents=[], kwargs={"documents": []}))
     assert LlamaCppRunner.outcome(200, {"prompt": "p"}) == Rendered("p")
-    assert LlamaCppRunner.outcome(400, {"error": {"code": 400, "message": "bad"}}) == Raised("bad")
+    assert LlamaCppRunner.outcome(400, {"error": {"code": 400, "message": "bad"}}) == Raised("bad", RefusalKind.RENDER)
+    raised = LlamaCppRunner.outcome(500, {"error": {"code": 500, "message": "Jinja Exception: Only user roles"}})
+    assert raised == Raised("Jinja Exception: Only user roles", RefusalKind.RAISE)
     assert isinstance(LlamaCppRunner.outcome(502, {"what": 1}), Errored)
 
 
@@ -233,7 +235,7 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 from runners.base import RenderRequest
 from runners.llamacpp import LlamaCppRunner
 r = LlamaCppRunner()
-out = r.render(RenderRequest(template="{{ messages[0].content }}", messages=[{"role": "user", "content": "hi"}]))
+out = r.render(RenderRequest.make(template="{{ messages[0].content }}", messages=[{"role": "user", "content": "hi"}]))
 assert out.text == "hi", out
 print(" ".join(str(s.proc.pid) for group in r._idle.values() for s in group), flush=True)
 time.sleep(120)

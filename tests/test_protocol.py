@@ -25,7 +25,7 @@ def broken(mode: str, **options) -> CommandRunner:
 def run_three(runner: CommandRunner):
     """ok, BREAK, ok: the middle cell fails, the cells around it still render."""
     try:
-        return [runner.render(RenderRequest(t, HELLO)) for t in ("before", "BREAK", "after")]
+        return [runner.render(RenderRequest.make(t, HELLO)) for t in ("before", "BREAK", "after")]
     finally:
         runner.close()
 
@@ -70,7 +70,7 @@ def test_a_slow_start_is_errored_not_a_hang():
     tag = uuid.uuid4().hex  # names this test's harness process only
     runner = CommandRunner([sys.executable, BROKEN, "slowstart", tag], timeout=5, start_timeout=1.0)
     try:
-        outcome = runner.render(RenderRequest("x", HELLO))
+        outcome = runner.render(RenderRequest.make("x", HELLO))
     finally:
         runner.close()
     assert isinstance(outcome, Errored)
@@ -81,7 +81,7 @@ def test_a_slow_start_is_errored_not_a_hang():
 
 
 def test_a_missing_executable_is_errored():
-    outcome = CommandRunner(["/nonexistent/harness-binary"]).render(RenderRequest("x", HELLO))
+    outcome = CommandRunner(["/nonexistent/harness-binary"]).render(RenderRequest.make("x", HELLO))
     assert isinstance(outcome, Errored) and "cannot start harness" in outcome.message
 
 
@@ -95,7 +95,7 @@ def test_validation_rejects_a_field_the_schema_does_not_allow():
 
 
 def test_every_outcome_message_conforms_and_broken_ones_do_not():
-    request = RenderRequest("t", HELLO, bos_token=None, eos_token="</s>", kwargs={"x": 1})
+    request = RenderRequest.make("t", HELLO, bos_token=None, eos_token="</s>", kwargs={"x": 1})
     protocol_validate.check("render", render_message(7, request))
     for outcome in (Rendered("a"), Raised("m"), Skipped("r"), Errored("e", "tail")):
         protocol_validate.check("render-response", outcome_message(7, outcome))
@@ -117,7 +117,7 @@ def test_every_outcome_message_conforms_and_broken_ones_do_not():
 
 
 def test_wire_lines_are_ascii_single_lines():
-    line = encode(render_message(1, RenderRequest("a\u2028b\n", [{"role": "user", "content": "\U0001F600"}])))
+    line = encode(render_message(1, RenderRequest.make("a\u2028b\n", [{"role": "user", "content": "\U0001F600"}])))
     assert line.count(b"\n") == 1 and line.endswith(b"\n")
     line.decode("ascii")
     assert json.loads(line)["template"] == "a\u2028b\n"
@@ -165,7 +165,7 @@ def _split(outcome):
 
 
 def test_cells_of_one_template_stay_on_one_process_and_order_is_kept():
-    requests = [RenderRequest(template=f"T{t}", messages=[{"role": "user", "content": str(c)}], case_id=str(c))
+    requests = [RenderRequest.make(template=f"T{t}", messages=[{"role": "user", "content": str(c)}], case_id=str(c))
                 for t in range(6) for c in range(10)]
     with CommandRunner([sys.executable, WHOAMI], workers=2) as runner:
         outcomes = list(runner.render_many(requests))
@@ -179,14 +179,14 @@ def test_cells_of_one_template_stay_on_one_process_and_order_is_kept():
 
 
 def test_a_single_template_batch_still_uses_every_worker():
-    requests = [RenderRequest(template="T", messages=[{"role": "user", "content": str(c)}]) for c in range(10)]
+    requests = [RenderRequest.make(template="T", messages=[{"role": "user", "content": str(c)}]) for c in range(10)]
     with CommandRunner([sys.executable, WHOAMI], workers=2) as runner:
         pids = [_split(o)[1] for o in runner.render_many(requests)]
     assert len(set(pids)) == 2 and pids[:5] == [pids[0]] * 5 and pids[5:] == [pids[5]] * 5
 
 
 def test_a_consumer_that_stops_early_leaves_the_runner_usable():
-    requests = [RenderRequest(template=f"T{t}", messages=[{"role": "user", "content": "x"}]) for t in range(40)]
+    requests = [RenderRequest.make(template=f"T{t}", messages=[{"role": "user", "content": "x"}]) for t in range(40)]
     with CommandRunner([sys.executable, WHOAMI], workers=2) as runner:
         stream = runner.render_many(requests)
         assert _split(next(stream))[0] == "T0"

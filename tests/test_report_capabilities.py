@@ -1,4 +1,4 @@
-"""Issue 8: the report's llama.cpp capability agreement section, with the real llama-server (built and cached
+"""Issue 8: the report's llamacpp capability agreement section, with the real llama-server (built and cached
 under ~/.cache/chatgold) against the stored capability goldens: `chatgold check`, the pytest gate, and a
 summary loaded with `chatgold check --capability-agreement`."""
 from __future__ import annotations
@@ -10,14 +10,12 @@ import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
-import jsonschema
 import pytest
 
 from conformance.cli import main
-from conformance.report import load_report, merge_reports
+from conformance.report import check_report, load_report, merge_reports
 
 REPO = Path(__file__).resolve().parent.parent
-SCHEMA = REPO / "conformance" / "schemas" / "report.schema.json"
 # deepseek-v3.1: llama.cpp's generation prompt leaves out the reference's closed empty think block, so the
 # selection has at least one disagreement for the HTML to list.
 TEMPLATES = ["qwen-qwen2.5-7b-instruct", "google-gemma-2-2b-it", "meta-llama-llama-3.1-8b-instruct",
@@ -30,8 +28,8 @@ def _selection(prefix="--"):
             + [x for c in CASES for x in (f"{prefix}case", c)])
 
 
-def validate(report: dict) -> None:
-    jsonschema.Draft202012Validator(json.loads(SCHEMA.read_text())).validate(report)
+def validate(report) -> None:
+    check_report(report)
 
 
 @pytest.fixture(scope="session")
@@ -79,7 +77,7 @@ def test_check_with_llamacpp_carries_the_section_and_validates(checked):
 def test_markdown_shows_the_agreement_table(checked):
     out, report = checked
     text = (out / "s.md").read_text()
-    assert "llama.cpp capability agreement over 4 templates" in text
+    assert "llamacpp capability agreement over 4 templates" in text
     assert "| capability | compared | agree | agreement | unknown |" in text
     for name, row in report["capability_agreement"]["capabilities"].items():
         pct = "n/a" if row["agreement"] is None else f"{100 * row['agreement']:.1f}%"
@@ -146,7 +144,7 @@ def test_precomputed_summary_is_loaded(tmp_path, monkeypatch, llama_server_binar
     assert section["source"] == str(summary)
     _check_section(section, 2)
     assert section["capabilities"] == json.loads(summary.read_text())["capabilities"]
-    assert "llama.cpp capability agreement over 2 templates" in (tmp_path / "s.md").read_text()
+    assert "llamacpp capability agreement over 2 templates" in (tmp_path / "s.md").read_text()
 
 
 def test_a_bad_summary_file_is_refused_by_name(tmp_path, capsys):
@@ -200,5 +198,5 @@ def test_the_gate_report_carries_the_section(tmp_path, llama_server_binary):
     report = load_report(report_path)
     validate(report)
     _check_section(report["capability_agreement"], len(TEMPLATES))
-    assert "llama.cpp capability agreement" in (tmp_path / "reports" / "summary.md").read_text()
+    assert "llamacpp capability agreement" in (tmp_path / "reports" / "summary.md").read_text()
     assert 'id="capability-agreement"' in (tmp_path / "reports" / "report.html").read_text()

@@ -16,6 +16,7 @@ from conformance.corpus.cases import load_cases
 from conformance.service.client import ServiceClient, ServiceError
 from conformance.corpus.manifest import load_corpus
 from conformance.judge.goldens import read_golden
+from conformance.report import load_report
 from conformance.service.server import MAX_BATCH_CELLS, MAX_BODY_BYTES, MAX_TEMPLATE_BYTES
 
 TEMPLATE = "01-ai-yi-1.5-9b-chat"       # renders ChatML; refuses image content parts
@@ -89,7 +90,7 @@ def test_cases(server):
     listed = requests.get(f"{server}/v1/cases", timeout=10).json()
     assert listed["count"] == len(cases)
     got = requests.get(f"{server}/v1/cases/{RENDERED_CASE}", timeout=10).json()
-    assert got == cases[RENDERED_CASE].input_dict()
+    assert got == cases[RENDERED_CASE].to_dict()
 
 
 def test_golden_bytes_and_refusal_marker(server):
@@ -118,8 +119,13 @@ def test_check_statuses(server):
     attribution = result["attribution"]
     assert attribution["line"] == 1 or "unavailable" in attribution, attribution
     assert client.check(TEMPLATE, RENDERED_CASE, raised="nope")["status"] == "engine-raised"
-    both = client.check(TEMPLATE, RAISED_CASE, raised="I refuse")
-    assert both["status"] == "both-raised" and both["passed"]
+    # The reference's refusal here is a render-time TypeError: only a render refusal matches it.
+    both = client.check(TEMPLATE, RAISED_CASE, raised="I refuse", refusal="render")
+    assert both["status"] == "both-raised" and both["passed"] and both["reference_refusal"] == "render"
+    other = client.check(TEMPLATE, RAISED_CASE, raised="I refuse", refusal="compile")
+    assert other["status"] == "raised-differently" and not other["passed"] and "kind render" in other["note"]
+    unknown = client.check(TEMPLATE, RAISED_CASE, raised="I refuse")  # no kind: nothing vouches for it
+    assert unknown["status"] == "raised-differently"
     rendered = client.check(TEMPLATE, RAISED_CASE, output="something")
     assert rendered["status"] == "engine-rendered"
     assert rendered["reference_message"] == read_golden(TEMPLATE, RAISED_CASE).text
@@ -129,10 +135,10 @@ def test_check_batch(server):
     golden = read_golden(TEMPLATE, RENDERED_CASE).text
     cells = [{"template": TEMPLATE, "case": RENDERED_CASE, "output": golden},
              {"template": TEMPLATE, "case": RENDERED_CASE, "output": golden + "x"},
-             {"template": TEMPLATE, "case": RAISED_CASE, "raised": "no"}]
+             {"template": TEMPLATE, "case": RAISED_CASE, "raised": "no", "refusal": "render"}]
     body = requests.post(f"{server}/v1/check/batch", json={"cells": cells}, timeout=30).json()
     assert [r["status"] for r in body["results"]] == ["match", "diverged", "both-raised"]
-    assert body["summary"]["passed"] == 2 and body["summary"]["cells"] == 3
+    assert body["summary"]["passed"] == 2 and body["summary"]["cells"] == 3 and body["summary"]["judged"] == 3
     too_many = requests.post(f"{server}/v1/check/batch", json={"cells": cells[:1] * (MAX_BATCH_CELLS + 1)}, timeout=30)
     assert too_many.status_code == 422
     bad_cell = requests.post(f"{server}/v1/check/batch", json={"cells": [cells[0], {**cells[0], "case": "nope"}]},
@@ -238,7 +244,7 @@ def test_remote_check_with_the_reference_passes(server):
     done = _chatgold("remote-check", "--service", server, "--runner", "hf", "--template", TEMPLATE,
                      "--case", RENDERED_CASE, "--case", RAISED_CASE, "--case", "chat-system")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "3/3 cells pass" in done.stdout
+    assert "100.00% of 3 cells match" in done.stdout
 
 
 def test_remote_check_reports_divergences(server):
@@ -249,7 +255,7 @@ def test_remote_check_reports_divergences(server):
                      "--case", RENDERED_CASE)
     assert done.returncode == 1, done.stdout + done.stderr
     assert f"{llama}/{RENDERED_CASE}: diverged at byte " in done.stdout
-    assert "0/1 cells pass" in done.stdout
+    assert "0.00% of 1 cells match" in done.stdout
 
 
 def test_schemathesis_finds_no_server_errors(server):
@@ -278,12 +284,12 @@ def test_check_through_the_service_judges_like_the_local_goldens(server, tmp_pat
                                "--json", str(tmp_path / f"{label}.json")], cwd=repo_root(), capture_output=True,
                               text=True, timeout=300, env=dict(os.environ, CHATGOLD_EXPECTATIONS_DIR=env_dir))
         assert done.returncode == 1, done.stdout + done.stderr  # nothing is expected: the divergence is new
-        reports[label] = json.loads((tmp_path / f"{label}.json").read_text())
+        reports[label] = load_report(tmp_path / f"{label}.json")
     remote, local = (reports[k]["runners"]["chatml-builtin"] for k in ("remote", "local"))
     assert remote["counts"] == local["counts"] and remote["counts"]["diverged"] >= 1
     strip = lambda cells: sorted((c["template"], c["case"], c["status"], c.get("fingerprint"),
                                   json.dumps(c.get("divergence"), sort_keys=True)) for c in cells)
-    assert strip(remote["cells"]) == strip(local["cells"])
+    assert strip(reports["remote"].cells) == strip(reports["local"].cells)
     assert remote["passed"] == local["passed"]
 
 

@@ -28,9 +28,8 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from runners.base import Errored, Outcome, Raised, Rendered, RenderRequest, Skipped
-
 from conformance.judge.goldens import CAPABILITIES_FILE, atomic_write, goldens_dir
+from runners.base import Errored, Outcome, Raised, Rendered, RenderRequest, Skipped
 
 FORMAT_VERSION = 1
 
@@ -103,7 +102,7 @@ def probe_requests(template: str, bos_token: Optional[str], eos_token: Optional[
 
     always_tools: pass the tool list to every probe, for templates that refuse to render without tools.
     """
-    return [RenderRequest(template=template, messages=messages, bos_token=bos_token, eos_token=eos_token,
+    return [RenderRequest.make(template=template, messages=messages, bos_token=bos_token, eos_token=eos_token,
                           tools=TOOLS if always_tools else tools, add_generation_prompt=gp, kwargs=kwargs,
                           template_id=template_id,
                           case_id=f"capabilities:{name}")
@@ -445,7 +444,7 @@ def _check_reference(outcome_list: list) -> dict:
     named = dict(zip(PROBES, outcome_list))
     for name, outcome in named.items():
         if isinstance(outcome, (Errored, Skipped)):
-            detail = outcome.message if isinstance(outcome, Errored) else outcome.reason
+            detail = outcome.message
             raise ValueError(f"probe {name}: {outcome.kind}: {detail}")
     return named
 
@@ -525,79 +524,3 @@ def update_capability_goldens(templates: Iterable, runner, root: Optional[Path] 
             progress(done, len(results))
     return written, failures
 
-
-# --- llama.cpp's view ---------------------------------------------------------------------------------------
-
-# llama.cpp chat_template_caps key -> how to read the same answer from our capability record.
-LLAMACPP_CAPS: dict[str, Callable[[dict], Optional[bool]]] = {
-    # llama.cpp counts a system message as supported when its content is used at all (folded included).
-    "supports_system_role": lambda c: c["system_role"] in ("own-turn", "folded"),
-    "supports_tools": lambda c: c["tools"]["definitions"] == "rendered",
-    "supports_tool_calls": lambda c: c["tools"]["calls"] == "rendered",
-    "supports_parallel_tool_calls": lambda c: c["tools"]["parallel"] == "both",
-    "supports_object_arguments": lambda c: c["tools"]["arguments"]["object"],
-    "supports_preserve_reasoning": lambda c: c["reasoning"]["past_turns"] == "kept",
-}
-
-
-def _props(llama_runner, entry) -> dict:
-    props = getattr(llama_runner, "props", None)
-    if props is None:
-        raise NotImplementedError("the llama.cpp runner has no props(template, bos, eos) method")
-    return props(entry.source(), entry.bos_token, entry.eos_token)
-
-
-def llamacpp_agreement(templates: Iterable, llama_runner, root: Optional[Path] = None) -> dict:
-    """Per capability: how many templates llama.cpp and our goldens agree/disagree on, with examples.
-
-    chat_template_caps come from llama-server's /props (llama_runner.props); the generation prompt is
-    llama.cpp's own G1 differential through /apply-template (llama_runner.render_many).
-    """
-    templates = list(templates)
-    counts: dict = {}
-
-    def tally(capability: str, template_id: str, ours, theirs) -> None:
-        row = counts.setdefault(capability, {"agree": 0, "disagree": 0, "unknown": 0, "disagreements": []})
-        if ours is None or theirs is None:
-            row["unknown"] += 1
-        elif ours == theirs:
-            row["agree"] += 1
-        else:
-            row["disagree"] += 1
-            if len(row["disagreements"]) < 20:
-                row["disagreements"].append({"template": template_id, "reference": ours, "llamacpp": theirs})
-
-    golden = {t.id: load_capabilities(t.id, root) for t in templates}
-    gp_requests = []
-    for entry in templates:
-        gp_requests.extend(r for r in probe_requests(entry.source(), entry.bos_token, entry.eos_token, entry.id)
-                           if r.case_id in ("capabilities:user", "capabilities:user_gp"))
-    gp_outcomes = list(llama_runner.render_many(gp_requests))
-    for index, entry in enumerate(templates):
-        caps = golden[entry.id]
-        without, with_ = gp_outcomes[2 * index], gp_outcomes[2 * index + 1]
-        theirs_gp = None
-        if not isinstance(without, (Errored, Skipped)) and not isinstance(with_, (Errored, Skipped)):
-            theirs_gp = generation_prompt(without, with_)["text"]
-        tally("generation_prompt", entry.id, caps["generation_prompt"]["text"] if caps else None, theirs_gp)
-        try:
-            theirs_caps = _props(llama_runner, entry).get("chat_template_caps")
-        except NotImplementedError:
-            raise
-        except Exception:  # a template llama-server refuses to load has no caps: unknown, not disagreement
-            theirs_caps = None
-        for key, read in LLAMACPP_CAPS.items():
-            ours = read(caps) if caps else None
-            theirs = theirs_caps.get(key) if isinstance(theirs_caps, dict) else None
-            tally(key, entry.id, ours, theirs)
-    return counts
-
-
-def agreement_summary(counts: dict, runner_description: Optional[dict] = None) -> dict:
-    """A JSON-ready summary for the report: per capability agree/disagree/unknown and the agreement rate."""
-    capabilities = {}
-    for name, row in sorted(counts.items()):
-        compared = row["agree"] + row["disagree"]
-        capabilities[name] = {**row, "compared": compared,
-                              "agreement": round(row["agree"] / compared, 4) if compared else None}
-    return {"format": 1, "engine": runner_description or {}, "capabilities": capabilities}

@@ -1,16 +1,18 @@
-"""`chatgold capabilities ...`: capability goldens (conformance/capabilities.py) and engine agreement."""
+"""`chatgold capabilities ...`: capability goldens (conformance/analysis/capabilities.py) and engine agreement
+(conformance/analysis/agreement.py)."""
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
 
+from conformance.cli.common import UserError
+
 
 def cmd_capabilities_update(args) -> int:
-    from runners import REFERENCE_RUNNER, get_runner
-
     from conformance.analysis.capabilities import update_capability_goldens
     from conformance.corpus.manifest import load_corpus
+    from runners import REFERENCE_RUNNER, get_runner
 
     templates = load_corpus().select(args.template)
     runner = get_runner(REFERENCE_RUNNER, workers=args.workers)
@@ -35,24 +37,19 @@ def cmd_capabilities_show(args) -> int:
 
 
 def cmd_capabilities_compare(args) -> int:
+    from conformance.analysis.agreement import agreement_section
+    from conformance.corpus.manifest import load_corpus
     from runners import get_runner
 
-    from conformance.analysis.capabilities import agreement_summary, llamacpp_agreement
-    from conformance.corpus.manifest import load_corpus
-
-    if args.runner != "llamacpp":
-        raise ValueError(f"--runner {args.runner}: only llamacpp reports template capabilities")
     templates = load_corpus().select(args.template)
     runner = get_runner(args.runner, workers=args.workers)
-    if not callable(getattr(runner, "props", None)):
-        runner.close()
-        raise ValueError(f"runner {args.runner} cannot report /props yet (needs props(template, bos, eos) -> dict)")
     try:
-        counts = llamacpp_agreement(templates, runner)
-        summary = agreement_summary(counts, runner.describe())
+        if not runner.reports_capabilities():
+            raise UserError(f"--runner {args.runner}: this engine does not report template capabilities "
+                            "(only runners whose reports_capabilities() is true can be compared)")
+        summary = agreement_section(templates, runner)
     finally:
         runner.close()
-    summary["templates"] = len(templates)
     text = json.dumps(summary, ensure_ascii=False, sort_keys=True, indent=1) + "\n"
     if args.out:
         from conformance.judge.goldens import atomic_write
@@ -76,7 +73,7 @@ def register(subparsers) -> None:
     p.add_argument("--template", action="append", metavar="GLOB")
     p.set_defaults(func=cmd_capabilities_show)
     p = actions.add_parser("compare", help="agreement of an engine's own capability view with the goldens")
-    p.add_argument("--runner", required=True, help="engine runner (llamacpp)")
+    p.add_argument("--runner", required=True, help="an engine runner that reports capabilities (llamacpp)")
     p.add_argument("--template", action="append", metavar="GLOB")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--out", metavar="PATH", help="write the JSON summary here (default: stdout)")

@@ -1,11 +1,12 @@
-"""Subcommands: serve, remote-check, export, identify."""
+"""`chatgold serve`, `remote-check`, `export`, `identify`: the golden-file service and what reads from it."""
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+from conformance.cli.common import EXIT_FAIL, EXIT_OK, UserError, progress_printer
 
 
 def cmd_serve(args) -> int:
@@ -18,116 +19,67 @@ def cmd_serve(args) -> int:
     return EXIT_OK
 
 
-LOCAL_STATUSES = ("errored", "timeout", "skipped")  # the runner's own failures: nothing for the goldens to judge
-
-
-def judge_through_service(client, runner_name: str, rendered: list, attribute: bool = False) -> list:
-    """CellResults for (template id, case id, Outcome) triples, in order: rendered and raised outcomes are
-    judged by the service (which holds the goldens); errors, timeouts and skips are classified locally."""
-    from runners.base import Raised, Rendered
-
-    from conformance.judge.status import result_for
-
-    remote = []
-    for template_id, case_id, outcome in rendered:
-        if isinstance(outcome, Rendered):
-            remote.append({"template": template_id, "case": case_id, "output": outcome.text})
-        elif isinstance(outcome, Raised):
-            remote.append({"template": template_id, "case": case_id, "raised": outcome.message})
-    judged = iter(client.check_batch(remote, attribute=attribute)) if remote else iter(())
-    results = []
-    for template_id, case_id, outcome in rendered:
-        if isinstance(outcome, (Rendered, Raised)):
-            results.append(_result_from_service(runner_name, next(judged), outcome))
-        else:
-            results.append(result_for(runner_name, template_id, case_id, None, outcome))
-    return results
-
-
-def _result_from_service(runner_name: str, judged: dict, outcome):
-    """The service's verdict as the CellResult a local check would have produced for the same outcome."""
-    from runners.base import Rendered
-
-    from conformance.judge.status import ENGINE_RENDERED, MATCH, CellResult, fingerprint
-    from conformance.judge.diff import Divergence
-
-    status = judged["status"]
-    message = (judged.get("reference_message") or "") if status == ENGINE_RENDERED else getattr(outcome, "message", "")
-    result = CellResult(
-        runner=runner_name, template_id=judged["template"], case_id=judged["case"], status=status,
-        divergence=Divergence(**judged["divergence"]) if judged.get("divergence") else None, message=message,
-        output=outcome.text if isinstance(outcome, Rendered) and status != MATCH else None,
-        golden_kind=judged.get("golden_kind"))
-    result.extra["fingerprint"] = fingerprint(result)
-    if judged.get("attribution"):
-        result.extra["attribution"] = {k: v for k, v in judged["attribution"].items() if v is not None}
-    return result
-
-
 def cmd_remote_check(args) -> int:
-    """Render locally through a runner; the service holds the goldens and classifies each cell."""
-    from runners import get_runner
-
+    """Render locally through a runner, templates and cases from a service, which judges every cell."""
     from conformance.corpus.cases import case_from_data
-    from conformance.service.client import ServiceClient, ServiceError
+    from conformance.judge.pipeline import Cell, run
+    from conformance.judge.status import describe_figure
+    from conformance.service.client import ServiceClient, ServiceError, ServiceJudge
+    from runners import get_runner
 
     client = ServiceClient(args.service)
     try:
         templates = client.templates(args.template)
         cases = [case_from_data(c, f"{args.service} case {c['id']}") for c in client.cases(args.case)]
         if not templates or not cases:
-            print("chatgold: error: the selection is empty (no template or no case matches)", file=sys.stderr)
-            return EXIT_USAGE
+            raise UserError("the selection is empty (no template or no case matches)")
+        cells = []
+        for summary in templates:
+            source = client.template(summary["id"])["source"]
+            template = SimpleNamespace(id=summary["id"])  # the pipeline reads only the id of a cell's template
+            cells.extend(Cell(template, case, case.request(source, summary["bos_token"], summary["eos_token"],
+                                                           template_id=summary["id"])) for case in cases)
         runner = get_runner(args.runner)
-        rendered = []
         try:
-            for summary in templates:
-                source = client.template(summary["id"])["source"]
-                requests_ = [c.request(source, summary["bos_token"], summary["eos_token"], template_id=summary["id"])
-                             for c in cases]
-                rendered.extend((summary["id"], case.id, outcome)
-                                for case, outcome in zip(cases, runner.render_many(requests_)))
-            name = runner.name
+            results = run(runner, cells, ServiceJudge(client))
         finally:
             runner.close()
-        results = judge_through_service(client, name, rendered)
     except ServiceError as exc:
-        print(f"chatgold: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    counts = {}
-    for result in results:
-        counts[result.status] = counts.get(result.status, 0) + 1
-        if result.status in LOCAL_STATUSES:
-            print(f"{result.key}: {result.status}", file=sys.stderr)
+        raise UserError(str(exc)) from None
+    for result in results.results:
+        if not result.status.judged or result.status in ("errored", "timeout"):
+            print(f"{result.template_id}/{result.case_id}: {result.status}", file=sys.stderr)
         elif not result.passed:
             where = f" at byte {result.divergence.offset}" if result.divergence else ""
-            print(f"{result.key}: {result.status}{where}")
-    total = len(results)
-    passed = sum(1 for r in results if r.passed)
-    print(f"{passed}/{total} cells pass  " + "  ".join(f"{k}={v}" for k, v in sorted(counts.items())))
-    return EXIT_OK if passed == total else EXIT_FAIL
+            print(f"{result.template_id}/{result.case_id}: {result.status}{where}")
+    fig = results.figure()
+    print(f"{describe_figure(fig)}  " + "  ".join(f"{k}={v}" for k, v in sorted(results.counts().items()) if v))
+    return EXIT_OK if fig["passed"] == fig["judged"] else EXIT_FAIL
 
 
 def cmd_export(args) -> int:
     from conformance.corpus.cases import load_cases, select_cases
-    from conformance.cli import _progress_printer
     from conformance.corpus.manifest import load_corpus
     from conformance.service.export import export_vectors
 
     templates = load_corpus().select(args.template)
     cases = select_cases(load_cases(), args.case)
     if not templates or not cases:
-        print("chatgold: error: the selection is empty (no template or no case matches)", file=sys.stderr)
-        return EXIT_USAGE
-    header = export_vectors(Path(args.out), templates, cases, progress=_progress_printer("export"))
+        raise UserError("the selection is empty (no template or no case matches)")
+    header = export_vectors(Path(args.out), templates, cases, progress=progress_printer("export"))
     print(f"{args.out}: {header['cells']} cells ({header['templates']} templates x {header['cases']} cases)"
           + (f", {len(header['missing_goldens'])} without golden left out" if header["missing_goldens"] else ""))
     return EXIT_OK
 
 
 def cmd_identify(args) -> int:
+    from conformance.corpus.identify import (
+        describe,
+        identify_gguf,
+        load_report,
+        runner_results,
+    )
     from conformance.corpus.manifest import load_corpus
-    from conformance.corpus.identify import describe, identify_gguf, load_report, runner_results
 
     report, note = load_report(Path(args.report) if args.report else None)
     results = runner_results(report)

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from runners.base import DEFAULT_NOW, RenderRequest
-
 from conformance import PACKAGE_DIR
+from runners.base import Conversation, RenderRequest
 
 CASES_DIR = PACKAGE_DIR / "cases"
 SCHEMA_PATH = PACKAGE_DIR / "schemas" / "case.schema.json"
@@ -22,37 +21,28 @@ class CaseError(ValueError):
 
 @dataclass(frozen=True)
 class Case:
+    """A conversation with its metadata: id, description, the features the report rolls up by (test262
+    style), and for step-by-step conversations the sequence it belongs to."""
+
     id: str
     description: str
     features: tuple
-    messages: list
-    tools: Optional[list] = None
-    documents: Optional[list] = None
-    add_generation_prompt: bool = False
-    continue_final_message: bool = False
-    kwargs: dict = field(default_factory=dict)
-    now: str = DEFAULT_NOW
+    conversation: Conversation
     sequence: Optional[dict] = None
     path: Optional[str] = None
 
     def request(self, template: str, bos_token: Optional[str], eos_token: Optional[str],
                 template_id: Optional[str] = None) -> RenderRequest:
-        return RenderRequest(
-            template=template, messages=self.messages, bos_token=bos_token, eos_token=eos_token,
-            tools=self.tools, documents=self.documents, add_generation_prompt=self.add_generation_prompt,
-            continue_final_message=self.continue_final_message, kwargs=self.kwargs, now=self.now,
-            template_id=template_id, case_id=self.id,
-        )
+        return RenderRequest(template, self.conversation, bos_token, eos_token, template_id, self.id)
 
-    def input_dict(self) -> dict:
-        """The case as data (what test vectors and the service carry)."""
+    def to_dict(self) -> dict:
+        """The case as data (what test vectors and the service carry); absent tools/documents stay absent,
+        as in the case file."""
         data = {"id": self.id, "description": self.description, "features": list(self.features),
-                "messages": self.messages, "add_generation_prompt": self.add_generation_prompt,
-                "continue_final_message": self.continue_final_message, "kwargs": self.kwargs, "now": self.now}
-        if self.tools is not None:
-            data["tools"] = self.tools
-        if self.documents is not None:
-            data["documents"] = self.documents
+                **self.conversation.to_dict()}
+        for name in ("tools", "documents"):
+            if data[name] is None:
+                del data[name]
         if self.sequence is not None:
             data["sequence"] = self.sequence
         return data
@@ -75,14 +65,8 @@ def case_from_data(data: Any, source: str, expected_id: Optional[str] = None) ->
         raise CaseError(f"{source}: invalid case at {where}: {first.message}{more}")
     if expected_id is not None and data["id"] != expected_id:
         raise CaseError(f"{source}: case id {data['id']!r} does not match the file name {expected_id!r}")
-    return Case(
-        id=data["id"], description=data["description"], features=tuple(data["features"]),
-        messages=data["messages"], tools=data.get("tools"), documents=data.get("documents"),
-        add_generation_prompt=data.get("add_generation_prompt", False),
-        continue_final_message=data.get("continue_final_message", False),
-        kwargs=data.get("kwargs") or {}, now=data.get("now") or DEFAULT_NOW, sequence=data.get("sequence"),
-        path=source,
-    )
+    return Case(id=data["id"], description=data["description"], features=tuple(data["features"]),
+                conversation=Conversation.from_dict(data), sequence=data.get("sequence"), path=source)
 
 
 def load_case(path: Path | str, check_name: bool = True) -> Case:

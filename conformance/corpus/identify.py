@@ -4,15 +4,12 @@ Reads only the GGUF header (runners.gguf_header), never the tensors, so multi-GB
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from runners.gguf_header import read_header
-
-from conformance.judge.status import PASSING
 from conformance.corpus.manifest import Corpus, sha256_text
+from runners.gguf_header import read_header
 
 DEFAULT_REPORT = Path("reports") / "report.json"  # what `tox -e conformance` writes
 
@@ -34,65 +31,38 @@ class Finding:
         return dict(self.__dict__)
 
 
-def runner_results(report: Optional[dict]) -> dict:
-    """template id -> runner -> {cells, passed, conformance} from a JSON report's per-cell results.
+def runner_results(report) -> dict:
+    """template id -> runner -> {cells, judged, passed, conformance} from a report (conformance.report.Report):
+    its passing cells ("passed" per runner) and its cell records (every cell that is not a pass)."""
+    from conformance.judge.status import count_statuses, figure
 
-    Reads the JSON report (schemas/report.schema.json): per runner under "runners", the listed "cells"
-    (records with "template" and "status") plus "passed" ({template: [case ids]} of cells left out of "cells"
-    because they pass as expected) and "known" ({template: {case id: "status[:fingerprint]"}}, known
-    divergences left out of "cells"). Flat cell records ({"runner", "template", "status"}) under a top-level
-    "results" or "cells" are read too. Anything else yields {} (no numbers shown)."""
-    if not isinstance(report, dict):
+    if report is None:
         return {}
-    records = []
-    for key in ("results", "cells"):
-        if isinstance(report.get(key), list):
-            records.extend(report[key])
-    runners = report.get("runners")
-    if isinstance(runners, dict):
-        for name, body in runners.items():
-            if isinstance(body, dict):
-                for key in ("results", "cells"):
-                    for item in body.get(key) or []:
-                        if isinstance(item, dict):
-                            records.append({"runner": name, **item})
-                passed = body.get("passed")
-                if isinstance(passed, dict):
-                    for template, case_ids in passed.items():
-                        for case_id in case_ids if isinstance(case_ids, list) else []:
-                            records.append({"runner": name, "template": template, "case": case_id,
-                                            "status": "match"})
-                known = body.get("known")  # known divergences past the report's full-record budget
-                if isinstance(known, dict):
-                    for template, cases in known.items():
-                        for case_id, status in cases.items() if isinstance(cases, dict) else ():
-                            records.append({"runner": name, "template": template, "case": case_id,
-                                            "status": str(status).split(":", 1)[0]})
+    statuses: dict = {}
+    for name, section in report["runners"].items():
+        for template, case_ids in section.get("passed", {}).items():
+            statuses.setdefault(template, {}).setdefault(name, []).extend(["match"] * len(case_ids))
+    for record in report.cells:
+        statuses.setdefault(record["template"], {}).setdefault(record["runner"], []).append(record["status"])
     table: dict = {}
-    for item in records:
-        if not isinstance(item, dict) or not {"runner", "template", "status"} <= item.keys():
-            continue
-        slot = table.setdefault(item["template"], {}).setdefault(item["runner"], {"cells": 0, "passed": 0})
-        slot["cells"] += 1
-        slot["passed"] += item["status"] in PASSING
-    for per_runner in table.values():
-        for slot in per_runner.values():
-            slot["conformance"] = round(100.0 * slot["passed"] / slot["cells"], 2)
+    for template, per_runner in statuses.items():
+        for name, found in per_runner.items():
+            fig = figure(count_statuses({"status": s} for s in found))
+            table.setdefault(template, {})[name] = {k: fig[k] for k in ("cells", "judged", "passed", "conformance")}
     return table
 
 
-def load_report(path: Optional[Path]) -> tuple[Optional[dict], str]:
-    """(report, note). A missing default report is normal; an unreadable explicit one is an error."""
+def load_report(path: Optional[Path]) -> tuple:
+    """(report or None, note). A missing default report is normal; an unreadable explicit one is an error."""
+    from conformance.report import load_report as read_report
+
     explicit = path is not None
     path = Path(path) if explicit else DEFAULT_REPORT
     if not path.exists():
         if explicit:
             raise ValueError(f"{path}: report file not found")
         return None, f"no runner results: {path} does not exist (a conformance run writes it)"
-    try:
-        return json.loads(path.read_text(encoding="utf-8")), f"runner results from {path}"
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable JSON report: {exc}") from None
+    return read_report(path), f"runner results from {path}"
 
 
 def identify_gguf(path: Path, corpus: Corpus, results: Optional[dict] = None) -> list[Finding]:
@@ -127,7 +97,9 @@ def describe(path: Path, findings: list[Finding], report_note: str) -> str:
         lines.append(f"    corpus: {f.corpus_id}  family: {f.family}")
         if f.runners:
             for runner, slot in sorted(f.runners.items()):
-                lines.append(f"    {runner}: {slot['passed']}/{slot['cells']} cells pass ({slot['conformance']}%)")
+                shown = "n/a" if slot["conformance"] is None else f"{slot['conformance']}%"
+                ran = f" of {slot['judged']} run" if slot["judged"] != slot["cells"] else ""
+                lines.append(f"    {runner}: {slot['passed']}/{slot['cells']} cells pass{ran} ({shown})")
         else:
             lines.append(f"    ({report_note})" if "no runner results" in report_note
                          else "    no runner results for this template in the report")

@@ -18,11 +18,10 @@ import jinja2
 import jinja2.ext
 import jinja2.nodes
 
-from runners.gguf_header import GGUFHeaderError, read_header
-
 from conformance import repo_root
-from conformance.judge.goldens import atomic_write
 from conformance.corpus.sources import Candidate, all_sources, source_root
+from conformance.judge.goldens import atomic_write
+from runners.gguf_header import GGUFHeaderError, read_header
 
 MANIFEST_FORMAT = 1
 CONSTRUCTS_FILE = "constructs.json"

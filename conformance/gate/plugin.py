@@ -34,30 +34,18 @@ def pytest_addoption(parser):
 
 
 def select(config):
-    """(corpus, all cases, selected templates, selected cases, whether the selection is the whole matrix)."""
+    """The gate's Selection (judge.pipeline), made once per session."""
     cached = getattr(config, "_chatgold_selection", None)
     if cached is not None:
         return cached
-    from conformance.corpus.cases import load_cases, select_cases
-    from conformance.corpus.manifest import load_corpus
-    from conformance.judge.pipeline import shard_of
+    from conformance.judge.pipeline import Selection
 
     opt = config.getoption
-    corpus = load_corpus()
-    all_cases = load_cases()
-    templates = corpus.select(opt("--chatgold-template") or None)
-    cases = select_cases(all_cases, opt("--chatgold-case") or None, opt("--chatgold-feature") or None)
-    shard = opt("--chatgold-shard")
-    if shard:
-        try:
-            index, count = (int(x) for x in shard.split("/"))
-        except ValueError:
-            raise pytest.UsageError(f"--chatgold-shard {shard}: expected I/N, e.g. 2/8") from None
-        if not 1 <= index <= count:
-            raise pytest.UsageError(f"--chatgold-shard {shard}: I must be between 1 and N")
-        templates = [t for t in templates if shard_of(t.id, count) == index - 1]
-    full = not (opt("--chatgold-template") or opt("--chatgold-case") or opt("--chatgold-feature") or shard)
-    config._chatgold_selection = (corpus, all_cases, templates, cases, full)
+    try:
+        config._chatgold_selection = Selection.load(opt("--chatgold-template"), opt("--chatgold-case"),
+                                                    opt("--chatgold-feature"), opt("--chatgold-shard"))
+    except ValueError as exc:
+        raise pytest.UsageError(f"--chatgold-shard: {exc}") from None
     return config._chatgold_selection
 
 
@@ -109,7 +97,9 @@ class GateSession:
         from conformance.judge.goldens import GoldenStore
 
         self.config = config
-        self.corpus, self.all_cases, self.templates, self.cases, self.full = select(config)
+        self.selection = select(config)
+        self.corpus, self.all_cases = self.selection.corpus, self.selection.all_cases
+        self.templates, self.cases, self.full = self.selection.templates, self.selection.cases, self.selection.full
         self.workers = config.getoption("--chatgold-workers")
         self.goldens = GoldenStore()
         self._slots = threading.BoundedSemaphore(max(1, config.getoption("--chatgold-parallel")))
@@ -124,9 +114,7 @@ class GateSession:
     def cells(self) -> list:
         with self._lock:
             if self._cells is None:
-                from conformance.judge.pipeline import iter_cells
-
-                self._cells = list(iter_cells(self.templates, self.cases))
+                self._cells = self.selection.cells()
             return self._cells
 
     def requests(self) -> dict:
@@ -155,11 +143,9 @@ class GateSession:
         for spec in specs:
             self._job(spec)
         if self.config.getoption("--chatgold-report"):
-            from conformance.report import supports_capability_agreement
-
             engines = [spec for spec in specs if spec not in (REFERENCE_RUNNER, CAPABILITIES_JOB)]
             self._agreement_spec = next((spec for spec in engines
-                                         if supports_capability_agreement(self.runner(spec))), None)
+                                         if self.runner(spec).reports_capabilities()), None)
             if self._agreement_spec is not None:
                 self._job(AGREEMENT_JOB)
 
@@ -188,14 +174,15 @@ class GateSession:
         return job
 
     def _run_matrix(self, spec: str, runner, cells: list):
+        from conformance.judge.pipeline import GoldenJudge, judge_outcomes, render
+
         with self._slots:
-            outcomes = list(runner.render_many([c.request for c in cells]))
-        by_cell = {(c.template.id, c.case.id): o for c, o in zip(cells, outcomes)}
+            outcomes = render(runner, cells)
+        by_cell = {c.key: o for c, o in zip(cells, outcomes)}
         if spec == REFERENCE_RUNNER:
             return by_cell, None
-        from conformance.report.gate import classify_runner
-
-        return by_cell, classify_runner(runner, cells, outcomes, self.goldens)
+        # Judged on this thread as soon as the engine is done; attribution waits for the report.
+        return by_cell, judge_outcomes(runner.describe(), cells, outcomes, GoldenJudge(self.goldens))
 
     def _run_capabilities(self, runner):
         from conformance.analysis.capabilities import compute_capabilities
@@ -205,10 +192,10 @@ class GateSession:
         return results, dict(failures)
 
     def _run_agreement(self, runner):
-        from conformance.report import capability_agreement
+        from conformance.analysis.agreement import agreement_section
 
         with self._slots:
-            return capability_agreement(self.templates, runner)
+            return agreement_section(self.templates, runner)
 
     def agreement(self) -> Optional[dict]:
         """llama.cpp's capability agreement over the selection, for the report; None when not computed."""
@@ -220,8 +207,8 @@ class GateSession:
         """(template id, case id) -> Outcome, for the whole selection."""
         return self._job(spec).result()[0]
 
-    def verdicts(self, spec: str):
-        """An engine's RunnerVerdicts for the whole selection."""
+    def results(self, spec: str):
+        """An engine's judged results (judge.pipeline.RunnerResults) for the whole selection."""
         return self._job(spec).result()[1]
 
     def capabilities(self) -> tuple:
@@ -234,10 +221,31 @@ class GateSession:
             return [spec for spec in self._jobs if spec not in (REFERENCE_RUNNER, CAPABILITIES_JOB, AGREEMENT_JOB)]
 
     def attribute(self, results) -> None:
+        """Where each diverged result's first differing golden byte came from (for failure messages)."""
         if results:
-            from conformance.report.gate import attribute_session
+            from conformance.judge.attribution import attribute_diverged
 
-            attribute_session(self, results)
+            attribute_diverged(results, self.requests(), self.goldens)
+
+    def write_report(self, directory) -> list:
+        """Every report output for the engines the session checked (called from pytest_sessionfinish)."""
+        from pathlib import Path
+
+        from conformance.report import build_report, write_outputs
+
+        runs = []
+        for spec in self.checked_specs():
+            try:
+                runs.append(self.results(spec))
+            except Exception as exc:  # its tests already failed with this; the report covers the others
+                print(f"chatgold: {spec} left out of the report: {type(exc).__name__}: {exc}")
+        if not runs:
+            return []
+        self.attribute([r for run in runs for r in run.results])
+        report = build_report(runs, self.selection.describe(), self.selection.metadata(), self.agreement())
+        directory = Path(directory)
+        return write_outputs(report, directory / "report.json", directory / "junit.xml", directory / "summary.md",
+                             directory / "badges", directory / "report.html")
 
     def close(self) -> None:
         with self._lock:
@@ -291,9 +299,7 @@ def pytest_sessionfinish(session):
     gate = getattr(session.config, "_chatgold_session", None)
     directory = session.config.getoption("--chatgold-report", None)
     if gate is not None and directory:
-        from conformance.report.gate import write_gate_report
-
-        for path in write_gate_report(gate, directory):
+        for path in gate.write_report(directory):
             print(f"chatgold: wrote {path}")
     if gate is not None:
         # The session holds every outcome of every runner; pytest's exit runs gc.collect() several times,
@@ -308,7 +314,8 @@ def pytest_generate_tests(metafunc):
     if not {"chatgold_template", "chatgold_runner", "chatgold_case"} & set(names):
         return
     opt = metafunc.config.getoption
-    _corpus, _all_cases, templates, cases, _full = select(metafunc.config)
+    selection = select(metafunc.config)
+    templates, cases = selection.templates, selection.cases
     if "chatgold_runner" in names:
         specs = [s for s in opt("--chatgold-runner") if s != REFERENCE_RUNNER]
         metafunc.parametrize("chatgold_runner", specs, ids=[_safe_id(s) for s in specs], scope="session")

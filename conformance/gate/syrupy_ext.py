@@ -13,7 +13,6 @@ from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
 from conformance.judge.goldens import goldens_dir
 
-
 # Where syrupy looks for a test item that holds no goldens (its snapshot discovery visits every item).
 NO_TEMPLATE_DIR = ".no-template"
 

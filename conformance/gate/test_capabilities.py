@@ -5,7 +5,11 @@ import json
 
 import pytest
 
-from conformance.analysis.capabilities import capabilities_path, encode_capabilities, load_capabilities
+from conformance.analysis.capabilities import (
+    capabilities_path,
+    encode_capabilities,
+    load_capabilities,
+)
 from conformance.gate.plugin import CAPABILITIES_JOB
 
 pytestmark = pytest.mark.chatgold_gate

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.gate.syrupy_ext import GoldenExtension
 from conformance.judge.diff import compare_bytes
 from conformance.judge.goldens import cell_paths, golden_bytes, read_golden
-from conformance.gate.syrupy_ext import GoldenExtension
 from runners import REFERENCE_RUNNER
 from runners.base import Errored, Skipped
 
@@ -64,8 +64,7 @@ def test_goldens_have_no_orphans(chatgold_session):
 
 def test_goldens_record_the_installed_reference():
     """goldens/_meta.json names the transformers/jinja2 versions installed now."""
-    from conformance.cli import reference_versions
-    from conformance.judge.goldens import read_meta
+    from conformance.judge.goldens import read_meta, reference_versions
 
     meta = read_meta()
     current = reference_versions()

@@ -6,25 +6,24 @@ import warnings
 
 import pytest
 
-from conformance.judge.expectations import FAILING_VERDICTS, UNEXPECTED_PASS, explain
-from conformance.report.gate import runner_verdicts
+from conformance.judge.expectations import describe_cell
+from conformance.judge.status import Verdict
 
 pytestmark = pytest.mark.chatgold_gate
 
 
 def test_engine_matches_expectations(chatgold_session, chatgold_runner, chatgold_template, chatgold_case):
-    verdicts = runner_verdicts(chatgold_session, chatgold_runner)
+    run = chatgold_session.results(chatgold_runner)
     unexpected, news = [], []
     for case in chatgold_session.cases:
         if chatgold_case is not None and case.id != chatgold_case:
             continue
-        result, verdict_name, expectation = verdicts.cells[(chatgold_template, case.id)]
-        if verdict_name in FAILING_VERDICTS:
-            unexpected.append((result, expectation, verdict_name))
-        elif verdict_name == UNEXPECTED_PASS:
-            news.append(explain(result, expectation, verdict_name))
-    chatgold_session.attribute([result for result, _, _ in unexpected])  # where it diverged, for the message
-    unexpected = [explain(*found) for found in unexpected]
+        result = run.by_cell[(chatgold_template, case.id)]
+        if result.verdict.failing:
+            unexpected.append(result)
+        elif result.verdict == Verdict.UNEXPECTED_PASS:
+            news.append(describe_cell(result))
+    chatgold_session.attribute(unexpected)  # where it diverged, for the message
     if news:
         # Good news is not a failure, but the baseline is stale: say so where pytest shows warnings.
         warnings.warn(f"{chatgold_runner} {chatgold_template}: {len(news)} known divergence(s) now pass "
@@ -32,4 +31,4 @@ def test_engine_matches_expectations(chatgold_session, chatgold_runner, chatgold
                       + "\n".join(news), UserWarning, stacklevel=1)
     if unexpected:
         pytest.fail(f"{chatgold_runner} on {chatgold_template}: {len(unexpected)} unexpected outcome(s)\n\n"
-                    + "\n\n".join(unexpected), pytrace=False)
+                    + "\n\n".join(describe_cell(r) for r in unexpected), pytrace=False)

@@ -22,6 +22,7 @@ from typing import Iterable, Optional
 
 # Below this many cells, starting worker processes costs more than it saves.
 PARALLEL_MIN_CELLS = 2000
+CONTEXT_LINES = 3  # template lines kept either side of an attributed line
 
 
 def attribute_divergence(request, golden, offset: int) -> dict:
@@ -56,6 +57,15 @@ def attribute_results(pending: Iterable[tuple], processes: Optional[int] = None)
         for key, found in zip(group, per_cell):
             for (result, _, _), attribution in zip(by_cell[key], found):
                 result.extra["attribution"] = attribution
+
+
+def attribute_diverged(results: Iterable, requests: dict, goldens) -> None:
+    """Attribute every diverged result not attributed yet; requests: (template id, case id) -> RenderRequest,
+    goldens: (template id, case id) -> Golden."""
+    from conformance.judge.status import Status
+
+    attribute_results((r, requests[r.key], goldens(*r.key)) for r in results
+                      if r.status == Status.DIVERGED and "attribution" not in r.extra)
 
 
 def attribute_template(task: tuple) -> list:
@@ -144,6 +154,9 @@ def _locate(traced, request, golden, offset: int) -> dict:
     lines = request.template.splitlines()
     source_line = lines[span.lineno - 1] if 0 < span.lineno <= len(lines) else ""
     found = {"line": span.lineno, "construct": span.construct, "source_line": source_line[:400]}
+    first = max(1, span.lineno - CONTEXT_LINES)
+    found["context_first_line"] = first
+    found["context"] = [line[:240] for line in lines[first - 1:span.lineno + CONTEXT_LINES]]
     if at_end:
         found["at_golden_end"] = True
     return found

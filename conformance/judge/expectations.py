@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from conformance import PACKAGE_DIR
-
-from conformance.judge.status import PASSING, STATUSES, CellResult
+from conformance.judge.status import PASSING, STATUSES, CellResult, Verdict
 
 EXPECTATIONS_DIR = PACKAGE_DIR / "expectations"
 # Tests and experiments point the gate at another baseline directory without touching the committed one.
@@ -32,15 +31,6 @@ FORMAT = 1
 TEMPLATE_DEFAULT = "*"
 # Engines that must match everything: no baseline may excuse them.
 STRICT_RUNNERS = frozenset({"hf", "evaluator"})
-
-# Verdicts of one cell against its baseline.
-EXPECTED_PASS = "expected-pass"
-EXPECTED_FAIL = "expected-fail"        # a known divergence, same status and output
-UNEXPECTED_FAIL = "unexpected-fail"    # a new divergence: gate failure
-CHANGED = "changed"                    # a known divergence whose status or output changed: gate failure
-UNEXPECTED_PASS = "unexpected-pass"    # news: a known divergence now matches (baseline is stale, not a failure)
-FAILING_VERDICTS = frozenset({UNEXPECTED_FAIL, CHANGED})
-
 
 class ExpectationsError(ValueError):
     """A malformed expectations file (the message names the file and the problem)."""
@@ -140,36 +130,43 @@ def _parse(data, path: Path, runner_name: str) -> Expectations:
     return Expectations(data.get("runner", runner_name), cells, rules, path)
 
 
-def verdict(result: CellResult, expectation: Optional[Expectation]) -> str:
+def verdict(result: CellResult, expectation: Optional[Expectation]) -> Verdict:
+    if not result.status.judged:
+        return Verdict.NOT_RUN  # skipped or without a golden: counted and shown, never a pass or a failure
     if result.passed:
-        return UNEXPECTED_PASS if expectation else EXPECTED_PASS
+        return Verdict.UNEXPECTED_PASS if expectation else Verdict.EXPECTED_PASS
     if expectation is None:
-        return UNEXPECTED_FAIL
+        return Verdict.UNEXPECTED_FAIL
     if expectation.status != result.status:
-        return CHANGED
+        return Verdict.CHANGED
     current = result.extra.get("fingerprint")
     if expectation.fingerprint and current and expectation.fingerprint != current:
-        return CHANGED
-    return EXPECTED_FAIL
+        return Verdict.CHANGED
+    return Verdict.EXPECTED_FAIL
 
 
-def explain(result: CellResult, expectation: Optional[Expectation], verdict_name: str) -> str:
-    """A readable account of a cell that is not as expected."""
+def describe_cell(result: CellResult) -> str:
+    """A readable account of a cell that is not as expected (its verdict and expectation are on it)."""
+    expectation, verdict_name = result.expectation, result.verdict
     lines = [f"{result.runner} {result.template_id} x {result.case_id}: {result.status}"]
-    if verdict_name == UNEXPECTED_FAIL:
+    if verdict_name == Verdict.UNEXPECTED_FAIL:
         lines[0] += " (not in the expectations: a new divergence)"
-    elif verdict_name == CHANGED:
+    elif verdict_name == Verdict.CHANGED:
         if expectation.status != result.status:
             lines[0] += f" (expected {expectation.status})"
         else:
             lines[0] += (f" (expected {expectation.status} with fingerprint {expectation.fingerprint}, "
                          f"got {result.extra.get('fingerprint')}: the output changed)")
-    elif verdict_name == UNEXPECTED_PASS:
+    elif verdict_name == Verdict.UNEXPECTED_PASS:
         lines[0] += f" (expected {expectation.status}: now passes; update the baseline)"
     if result.divergence is not None:
         lines.append(result.divergence.describe())
     if result.message:
-        lines.append(f"  message: {result.message[:500]}")
+        lines.append(f"  engine: {result.message[:500]}" + (f" [{result.refusal}]" if result.refusal else ""))
+    if result.reference_message:
+        lines.append(f"  reference: {result.reference_message[:500]} [{result.reference_refusal}]")
+    if result.extra.get("note"):
+        lines.append(f"  {result.extra['note']}")
     attribution = result.extra.get("attribution")
     if attribution:
         if "line" in attribution:
@@ -211,7 +208,7 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
         for template_id, case_id in selected:
             cells.get(template_id, {}).pop(case_id, None)
     for result in results:
-        if result.passed:
+        if result.passed or not result.status.judged:
             continue
         fp = result.extra.get("fingerprint")
         cells.setdefault(result.template_id, {})[result.case_id] = result.status + (f":{fp}" if fp else "")

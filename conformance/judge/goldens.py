@@ -12,9 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from runners.base import Errored, Outcome, Raised, Rendered, Skipped
-
 from conformance import repo_root
+from runners.base import Errored, Outcome, Raised, Rendered, Skipped
 
 META_FILE = "_meta.json"
 RENDERED_SUFFIX = ".txt"
@@ -197,7 +196,7 @@ def update_goldens(corpus, cases, runner, root: Optional[Path] = None, prune: bo
     for index, (cell, outcome) in enumerate(zip(cells, runner.render_many(requests)), 1):
         report.cells += 1
         if isinstance(outcome, (Errored, Skipped)):
-            detail = outcome.message if isinstance(outcome, Errored) else outcome.reason
+            detail = outcome.message
             report.failures.append((cell.template.id, cell.case.id, f"{outcome.kind}: {detail}"))
         elif write_golden(cell.template.id, cell.case.id, outcome, root):
             report.written += 1
@@ -213,3 +212,9 @@ def update_goldens(corpus, cases, runner, root: Optional[Path] = None, prune: bo
                 orphan.unlink()
             report.removed.append(str(orphan))
     return report
+
+
+def reference_versions() -> dict:
+    from runners.hf import transformers_versions
+
+    return {**transformers_versions(), "python_runner": "runners.hf", "note": "goldens are byte-exact outputs of these versions"}

@@ -1,25 +1,231 @@
-"""The matrix: every selected template x every selected case, as render requests."""
+"""Select -> render -> judge: the one path every entry point takes.
+
+`chatgold check` (local goldens or `--service`), the pytest gate and the service's POST /v1/check all select
+cells here, render them through a Runner, judge each outcome against its golden (status) and the runner's
+expectations (verdict), and read the conformance figure from the result. Nothing here writes a report:
+judged results carry what the report writers need (windows around the first difference, both sides'
+refusals), so report/ imports no engine and reads no golden.
+"""
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Iterable, Iterator
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
-from runners.base import RenderRequest
+from conformance.judge.expectations import Expectations, load_expectations, verdict
+from conformance.judge.goldens import ENCODING_ERRORS, Golden, GoldenStore
+from conformance.judge.status import (
+    CellResult,
+    Status,
+    count_statuses,
+    figure,
+    result_for,
+)
+from runners.base import Outcome, RenderRequest
 
+WINDOW = 160  # bytes of golden and output kept either side of the first difference
+
+
+# -- selection -----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Cell:
-    template: object  # corpus.TemplateEntry
-    case: object      # cases.Case
+    template: object  # corpus.manifest.TemplateEntry
+    case: object      # corpus.cases.Case
     request: RenderRequest
 
     @property
-    def key(self) -> str:
-        return f"{self.template.id}/{self.case.id}"
+    def key(self) -> tuple:
+        return (self.template.id, self.case.id)
+
+
+def shard_of(key: str, count: int) -> int:
+    """Deterministic shard for a template id: stable across machines and Python runs (no hash randomisation)."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % count
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'I/N' -> (I, N), 1 <= I <= N; ValueError naming the problem otherwise."""
+    try:
+        index, count = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard {text!r}: expected I/N, e.g. 2/4") from None
+    if count < 1 or not 1 <= index <= count:
+        raise ValueError(f"shard {text}: I must be between 1 and N")
+    return index, count
+
+
+@dataclass
+class Selection:
+    """Which templates and cases a run covers (globs match ids case-insensitively)."""
+
+    corpus: object
+    all_cases: list
+    templates: list
+    cases: list
+    template_globs: tuple = ()
+    case_globs: tuple = ()
+    features: tuple = ()
+    shard: Optional[str] = None
+
+    @classmethod
+    def load(cls, templates: Sequence[str] = (), cases: Sequence[str] = (), features: Sequence[str] = (),
+             shard: Optional[str] = None, corpus=None, all_cases: Optional[list] = None) -> "Selection":
+        from conformance.corpus.cases import load_cases, select_cases
+        from conformance.corpus.manifest import load_corpus
+
+        corpus = corpus if corpus is not None else load_corpus()
+        all_cases = all_cases if all_cases is not None else load_cases()
+        chosen = corpus.select(list(templates) or None)
+        if shard:
+            index, count = parse_shard(shard)
+            chosen = [t for t in chosen if shard_of(t.id, count) == index - 1]
+        return cls(corpus, all_cases, chosen, select_cases(all_cases, list(cases) or None, list(features) or None),
+                   tuple(templates), tuple(cases), tuple(features), shard)
+
+    @property
+    def full(self) -> bool:
+        return not (self.template_globs or self.case_globs or self.features or self.shard)
+
+    def cells(self) -> list[Cell]:
+        out = []
+        for template in self.templates:
+            source = template.source()
+            for case in self.cases:
+                out.append(Cell(template, case, case.request(source, template.bos_token, template.eos_token,
+                                                             template.id)))
+        return out
+
+    def describe(self) -> dict:
+        return {"templates": list(self.template_globs), "cases": list(self.case_globs),
+                "features": list(self.features), "shard": self.shard,
+                "template_count": len(self.templates), "case_count": len(self.cases)}
+
+    def metadata(self) -> dict:
+        """What report writers need to know of the inputs: each case's features, each template's constructs
+        (recorded with the corpus) and family."""
+        from conformance.corpus.manifest import load_constructs
+
+        try:
+            constructs = load_constructs()
+        except (OSError, ValueError):
+            constructs = {}
+        return {"cases": {c.id: {"features": list(c.features)} for c in self.cases},
+                "templates": {t.id: {"family": t.family, "constructs": constructs.get(t.sha256)}
+                              for t in self.templates}}
+
+
+# -- judging -------------------------------------------------------------------------------------------------
+
+class Judge(Protocol):
+    """Gives each (template, case, outcome) its status against the golden."""
+
+    def judge(self, runner_name: str, cells: Sequence[tuple]) -> list[CellResult]: ...
+
+
+def _window(data: bytes, offset: int) -> dict:
+    start = max(0, offset - WINDOW)
+    return {"start": start, "before": data[start:offset].decode("utf-8", "backslashreplace"),
+            "after": data[offset:offset + WINDOW].decode("utf-8", "backslashreplace"),
+            "truncated_after": offset + WINDOW < len(data)}
+
+
+class GoldenJudge:
+    """Judges against the goldens on disk (read once through a shared GoldenStore)."""
+
+    def __init__(self, goldens: Optional[Callable[[str, str], Optional[Golden]]] = None):
+        self.goldens = goldens or GoldenStore()
+
+    def judge_one(self, runner_name: str, template_id: str, case_id: str, outcome: Outcome,
+                  seconds: float = 0.0) -> CellResult:
+        golden = self.goldens(template_id, case_id)
+        result = result_for(runner_name, template_id, case_id, golden, outcome, seconds)
+        if result.divergence is not None:
+            result.extra["golden_window"] = _window(golden.data, result.divergence.offset)
+            result.extra["output_window"] = _window(result.output.encode("utf-8", ENCODING_ERRORS),
+                                                    result.divergence.offset)
+        return result
+
+    def judge(self, runner_name: str, cells: Sequence[tuple]) -> list[CellResult]:
+        return [self.judge_one(runner_name, t, c, o) for t, c, o in cells]
+
+
+@dataclass
+class RunnerResults:
+    """One runner's judged cells over a selection."""
+
+    info: dict
+    results: list
+    expectations: Expectations
+    by_cell: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.by_cell = {r.key: r for r in self.results}
+
+    @property
+    def name(self) -> str:
+        return str(self.info.get("name", "runner"))
+
+    def counts(self) -> dict:
+        return count_statuses(self.results)
+
+    def figure(self) -> dict:
+        return figure(self.counts())
+
+    def verdicts(self) -> Counter:
+        return Counter(str(r.verdict) for r in self.results)
+
+    def unexpected(self) -> list:
+        return [r for r in self.results if r.verdict is not None and r.verdict.failing]
+
+
+def apply_expectations(results: Iterable[CellResult], expectations: Expectations) -> None:
+    """Give every result its verdict (and the expectation it was held against)."""
+    for result in results:
+        expectation = expectations.get(result.template_id, result.case_id)
+        result.expectation = expectation
+        result.verdict = verdict(result, expectation)
+
+
+def render(runner, cells: Sequence[Cell], progress: Optional[Callable[[int, int], None]] = None) -> list:
+    """Every cell's outcome through the runner, in order."""
+    outcomes = []
+    total = len(cells)
+    for index, outcome in enumerate(runner.render_many([c.request for c in cells]), 1):
+        outcomes.append(outcome)
+        if progress:
+            progress(index, total)
+    return outcomes
+
+
+def judge_outcomes(info: dict, cells: Sequence[Cell], outcomes: Sequence[Outcome], judge: Optional[Judge] = None,
+                   expectations: Optional[Expectations] = None, expectations_dir=None) -> RunnerResults:
+    """Status and verdict for every cell of one runner."""
+    name = str(info.get("name", "runner"))
+    judge = judge or GoldenJudge()
+    results = judge.judge(name, [(c.template.id, c.case.id, o) for c, o in zip(cells, outcomes)])
+    expectations = expectations if expectations is not None else load_expectations(name, expectations_dir)
+    apply_expectations(results, expectations)
+    return RunnerResults(info, results, expectations)
+
+
+def run(runner, cells: Sequence[Cell], judge: Optional[Judge] = None, expectations_dir=None,
+        progress: Optional[Callable[[int, int], None]] = None) -> RunnerResults:
+    """Render every cell through an open runner and judge the outcomes."""
+    started = time.perf_counter()
+    outcomes = render(runner, cells, progress)
+    info = dict(runner.describe(), seconds=round(time.perf_counter() - started, 3))
+    return judge_outcomes(info, cells, outcomes, judge, expectations_dir=expectations_dir)
+
+
+def requests_by_cell(cells: Iterable[Cell]) -> dict:
+    return {c.key: c.request for c in cells}
 
 
 def iter_cells(templates: Iterable, cases: Iterable) -> Iterator[Cell]:
+    """Cells of arbitrary templates (corpus entries or look-alikes) x cases."""
     cases = list(cases)
     for template in templates:
         source = template.source()
@@ -27,13 +233,11 @@ def iter_cells(templates: Iterable, cases: Iterable) -> Iterator[Cell]:
             yield Cell(template, case, case.request(source, template.bos_token, template.eos_token, template.id))
 
 
-def shard_of(key: str, count: int) -> int:
-    """Deterministic shard for a cell key: stable across machines and Python runs (no hash randomisation)."""
-    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % count
+def summary_of(results: Iterable[CellResult]) -> dict:
+    """{cells, judged, passed, not_run, conformance, ran, counts}: a batch's figure (service, CLI)."""
+    counts = count_statuses(results)
+    return {**figure(counts), "counts": counts}
 
 
-def select_shard(cells: Iterable[Cell], index: int, count: int) -> list[Cell]:
-    """Cells of shard `index` (1-based) of `count`. Whole templates stay together so engines start once."""
-    if not 1 <= index <= count:
-        raise ValueError(f"shard {index}/{count}: index must be between 1 and {count}")
-    return [c for c in cells if shard_of(c.template.id, count) == index - 1]
+__all__ = ["Cell", "Selection", "GoldenJudge", "RunnerResults", "Status", "apply_expectations", "judge_outcomes",
+           "render", "run", "shard_of", "parse_shard", "iter_cells", "summary_of", "requests_by_cell"]

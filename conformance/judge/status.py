@@ -1,29 +1,70 @@
-"""Compare runner outcomes with the goldens: one status per cell."""
+"""One cell's status against its golden, and the conformance figure: the judge's vocabulary, defined once.
+
+A status says what happened in a cell; a verdict (judge/expectations.py) says whether that was expected.
+Two refusals match only when they are of the same kind (runners.base.RefusalKind): a compile failure
+matches a compile failure, a render failure a render failure, and the template's raise_exception(M) only a
+refusal of that kind carrying M. Skipped and no-golden cells are outside the conformance denominator (like
+web-platform-tests' NOTRUN): counted and shown, never a pass and never a failure.
+"""
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Optional
+from enum import StrEnum
+from typing import Iterable, Mapping, Optional
 
-from runners.base import Errored, Outcome, Raised, Rendered, Skipped
-
-from conformance.judge.attribution import attribute_results
 from conformance.judge.diff import Divergence, compare_bytes
-from conformance.judge.goldens import ENCODING_ERRORS, Golden, read_golden
+from conformance.judge.goldens import ENCODING_ERRORS, Golden
+from runners.base import Errored, Outcome, Raised, RefusalKind, Rendered, Skipped
+from runners.hf import reference_refusal
 
-MATCH = "match"
-DIVERGED = "diverged"
-BOTH_RAISED = "both-raised"
-ENGINE_RAISED = "engine-raised"
-ENGINE_RENDERED = "engine-rendered"
-ERRORED = "errored"
-TIMEOUT = "timeout"
-SKIPPED = "skipped"
-NO_GOLDEN = "no-golden"
 
-STATUSES = (MATCH, BOTH_RAISED, DIVERGED, ENGINE_RAISED, ENGINE_RENDERED, ERRORED, TIMEOUT, SKIPPED, NO_GOLDEN)
-PASSING = frozenset({MATCH, BOTH_RAISED})
+class Status(StrEnum):
+    MATCH = "match"
+    BOTH_RAISED = "both-raised"                # both refused, with refusals of the same kind
+    DIVERGED = "diverged"
+    RAISED_DIFFERENTLY = "raised-differently"  # both refused, with refusals of different kinds or messages
+    ENGINE_RAISED = "engine-raised"            # the reference rendered
+    ENGINE_RENDERED = "engine-rendered"        # the reference refused
+    ERRORED = "errored"
+    TIMEOUT = "timeout"
+    SKIPPED = "skipped"
+    NO_GOLDEN = "no-golden"
+
+    @property
+    def passed(self) -> bool:
+        return self in PASSING
+
+    @property
+    def judged(self) -> bool:
+        """Inside the conformance denominator."""
+        return self not in NOT_JUDGED
+
+
+PASSING = frozenset({Status.MATCH, Status.BOTH_RAISED})
+NOT_JUDGED = frozenset({Status.SKIPPED, Status.NO_GOLDEN})
+# What an engine can get wrong on a cell it ran: the causes an explanation looks for.
+NON_MATCHING = frozenset({Status.DIVERGED, Status.RAISED_DIFFERENTLY, Status.ENGINE_RAISED,
+                          Status.ENGINE_RENDERED})
+STATUSES = tuple(Status)
+
+
+class Verdict(StrEnum):
+    """A cell's status held against the runner's expectations (web-platform-tests style)."""
+
+    EXPECTED_PASS = "expected-pass"
+    EXPECTED_FAIL = "expected-fail"      # a known non-match, same status and output (or same root cause)
+    UNEXPECTED_FAIL = "unexpected-fail"  # a new non-match: gate failure
+    CHANGED = "changed"                  # a known non-match whose status or output changed: gate failure
+    UNEXPECTED_PASS = "unexpected-pass"  # news: a known non-match now matches (the baseline is stale)
+    NOT_RUN = "not-run"                  # skipped or without a golden: nothing to hold against a baseline
+
+    @property
+    def failing(self) -> bool:
+        return self in FAILING_VERDICTS
+
+
+FAILING_VERDICTS = frozenset({Verdict.UNEXPECTED_FAIL, Verdict.CHANGED})
 
 
 @dataclass
@@ -31,103 +72,120 @@ class CellResult:
     runner: str
     template_id: str
     case_id: str
-    status: str
+    status: Status
     divergence: Optional[Divergence] = None
-    message: str = ""          # the engine's refusal / error / skip reason
+    message: str = ""          # the engine's refusal, error or skip reason
     detail: str = ""           # stderr tail for errors
-    output: Optional[str] = None  # what the engine rendered
+    output: Optional[str] = None  # what the engine rendered, when it is not a match
     golden_kind: Optional[str] = None
+    refusal: Optional[str] = None           # the engine's refusal kind, when it refused
+    reference_refusal: Optional[str] = None  # the reference's, when it refused
+    reference_message: Optional[str] = None  # the reference's refusal message, when it refused
     seconds: float = 0.0
-    extra: dict = field(default_factory=dict)  # attribution and anything a later stage adds
+    verdict: Optional[Verdict] = None
+    expectation: Optional[object] = None     # judge.expectations.Expectation, when the baseline knows the cell
+    extra: dict = field(default_factory=dict)  # fingerprint, root cause, attribution: what later stages add
+
+    def __post_init__(self):
+        self.status = Status(self.status)
 
     @property
     def passed(self) -> bool:
-        return self.status in PASSING
+        return self.status.passed
 
     @property
-    def key(self) -> str:
-        return f"{self.template_id}/{self.case_id}"
+    def key(self) -> tuple:
+        return (self.template_id, self.case_id)
 
     def to_dict(self) -> dict:
-        data = {"runner": self.runner, "template": self.template_id, "case": self.case_id, "status": self.status}
+        data = {"runner": self.runner, "template": self.template_id, "case": self.case_id,
+                "status": str(self.status)}
         if self.divergence is not None:
             data["divergence"] = self.divergence.to_dict()
-        for name in ("message", "detail", "golden_kind"):
+        for name in ("message", "detail", "golden_kind", "refusal", "reference_refusal", "reference_message"):
             if getattr(self, name):
                 data[name] = getattr(self, name)
         if self.output is not None:
             data["output"] = self.output
-        if self.extra:
-            data.update(self.extra)
+        if self.verdict is not None:
+            data["verdict"] = str(self.verdict)
+        data.update(self.extra)
         return data
 
 
-def classify(golden: Optional[Golden], outcome: Outcome) -> tuple[str, Optional[Divergence], str]:
-    """(status, divergence, message) for one engine outcome against one golden."""
+@dataclass(frozen=True)
+class Judgement:
+    status: Status
+    divergence: Optional[Divergence] = None
+    note: str = ""   # why two refusals differ
+
+
+def judge_refusal(golden: Golden, outcome: Raised) -> Judgement:
+    """Two refusals: the same kind (and, for raise_exception, the template's message) or not."""
+    ref_kind, ref_message = reference_refusal(golden.text)
+    kind = outcome.refusal
+    if kind == RefusalKind.UNKNOWN:
+        # A protocol-1 harness does not say which kind; only the template's own message can vouch for it.
+        if ref_kind == RefusalKind.RAISE and ref_message and ref_message in outcome.message:
+            return Judgement(Status.BOTH_RAISED)
+        return Judgement(Status.RAISED_DIFFERENTLY,
+                         note=f"the reference's refusal is of kind {ref_kind}; the harness did not say which kind "
+                              f"its refusal is (protocol version 1)")
+    if kind != ref_kind:
+        return Judgement(Status.RAISED_DIFFERENTLY,
+                         note=f"the reference's refusal is of kind {ref_kind}, the engine's of kind {kind}")
+    if kind == RefusalKind.RAISE and ref_message not in outcome.message:
+        return Judgement(Status.RAISED_DIFFERENTLY,
+                         note="both called raise_exception, but the engine's message lacks the template's")
+    return Judgement(Status.BOTH_RAISED)
+
+
+def classify(golden: Optional[Golden], outcome: Outcome) -> Judgement:
+    """One engine outcome against one golden."""
     if isinstance(outcome, Skipped):
-        return SKIPPED, None, outcome.reason
+        return Judgement(Status.SKIPPED)
     if isinstance(outcome, Errored):
-        return (TIMEOUT if outcome.timed_out else ERRORED), None, outcome.message
+        return Judgement(Status.TIMEOUT if outcome.timed_out else Status.ERRORED)
     if golden is None:
-        return NO_GOLDEN, None, ""
+        return Judgement(Status.NO_GOLDEN)
     if isinstance(outcome, Raised):
-        return (BOTH_RAISED if golden.raised else ENGINE_RAISED), None, outcome.message
+        return judge_refusal(golden, outcome) if golden.raised else Judgement(Status.ENGINE_RAISED)
     assert isinstance(outcome, Rendered)
     if golden.raised:
-        return ENGINE_RENDERED, None, golden.text
+        return Judgement(Status.ENGINE_RENDERED)
     divergence = compare_bytes(golden.data, outcome.text.encode("utf-8", ENCODING_ERRORS))
-    return (DIVERGED if divergence else MATCH), divergence, ""
+    return Judgement(Status.DIVERGED if divergence else Status.MATCH, divergence)
 
 
 def result_for(runner_name: str, template_id: str, case_id: str, golden: Optional[Golden], outcome: Outcome,
                seconds: float = 0.0) -> CellResult:
-    status, divergence, message = classify(golden, outcome)
-    return CellResult(
-        runner=runner_name, template_id=template_id, case_id=case_id, status=status, divergence=divergence,
-        message=message, detail=outcome.detail if isinstance(outcome, Errored) else "",
-        output=outcome.text if isinstance(outcome, Rendered) and status != MATCH else None,
+    judgement = classify(golden, outcome)
+    status = judgement.status
+    result = CellResult(
+        runner=runner_name, template_id=template_id, case_id=case_id, status=status,
+        divergence=judgement.divergence, message=getattr(outcome, "message", "") or "",
+        detail=outcome.detail if isinstance(outcome, Errored) else "",
+        output=outcome.text if isinstance(outcome, Rendered) and status != Status.MATCH else None,
         golden_kind=golden.kind if golden else None, seconds=seconds,
+        refusal=str(outcome.refusal) if isinstance(outcome, Raised) else None,
     )
-
-
-def check_cells(runner, cells: list, goldens_root=None,
-                progress: Optional[Callable[[int, int], None]] = None, attribute: bool = True,
-                outcomes: Optional[Iterable[Outcome]] = None,
-                goldens: Optional[Callable[[str, str], Optional[Golden]]] = None) -> list[CellResult]:
-    """Render every cell through the runner and classify it against its golden.
-
-    `outcomes` (one per cell, in order) skips rendering when the caller already has them (the pytest gate).
-    `goldens(template_id, case_id)` reads goldens (default: from `goldens_root`; the gate passes a shared cache).
-    Diverged cells get `extra["attribution"]` (see attribute_results) unless attribute=False."""
-    read = goldens or (lambda template_id, case_id: read_golden(template_id, case_id, goldens_root))
-    results = []
-    pending = []
-    total = len(cells)
-    last = time.perf_counter()
-    if outcomes is None:
-        outcomes = runner.render_many([cell.request for cell in cells])
-    name = runner if isinstance(runner, str) else runner.name
-    for index, (cell, outcome) in enumerate(zip(cells, outcomes), 1):
-        now = time.perf_counter()
-        golden = read(cell.template.id, cell.case.id)
-        result = result_for(name, cell.template.id, cell.case.id, golden, outcome, now - last)
-        result.extra["fingerprint"] = fingerprint(result)
-        if result.status == DIVERGED:
-            pending.append((result, cell.request, golden))
-        results.append(result)
-        last = now
-        if progress:
-            progress(index, total)
-    if attribute:
-        attribute_results(pending)
-    return results
+    if golden is not None and golden.raised and status != Status.MATCH:
+        kind, _ = reference_refusal(golden.text)
+        result.reference_refusal = str(kind)
+        result.reference_message = golden.text
+    if judgement.note:
+        result.extra["note"] = judgement.note
+    fp = fingerprint(result)
+    if fp:
+        result.extra["fingerprint"] = fp
+    return result
 
 
 def fingerprint(result: CellResult) -> Optional[str]:
-    """A short hash of what the engine produced, so a known divergence whose output changes is noticed.
+    """A short hash of what the engine produced, so a known non-match whose output changes is noticed.
 
     Errors and timeouts have none: their messages carry timings and process details that vary run to run."""
-    if result.status in (MATCH, BOTH_RAISED, ERRORED, TIMEOUT, NO_GOLDEN):
+    if result.status in PASSING or result.status in (Status.ERRORED, Status.TIMEOUT, Status.NO_GOLDEN):
         return None
     if result.output is not None:
         payload = "out:" + result.output
@@ -136,12 +194,36 @@ def fingerprint(result: CellResult) -> Optional[str]:
     return hashlib.sha256(payload.encode("utf-8", ENCODING_ERRORS)).hexdigest()[:16]
 
 
-def summarize(results: Iterable[CellResult]) -> dict:
-    counts = {status: 0 for status in STATUSES}
-    total = 0
+def figure(counts: Mapping[str, int]) -> dict:
+    """The conformance figure from status counts, the one place it is computed.
+
+    cells: all; judged: cells the engine ran that have a golden; conformance: passed / judged (percent);
+    ran: judged / cells (percent), so "ran 96% of cells; 86.2% of those match"."""
+    cells = sum(counts.get(s, 0) for s in STATUSES)
+    judged = sum(counts.get(s, 0) for s in STATUSES if Status(s).judged)
+    passed = sum(counts.get(s, 0) for s in PASSING)
+    return {"cells": cells, "judged": judged, "passed": passed,
+            "not_run": cells - judged,
+            "conformance": round(100.0 * passed / judged, 2) if judged else None,
+            "ran": round(100.0 * judged / cells, 2) if cells else None}
+
+
+def count_statuses(results: Iterable) -> dict:
+    """{status: count} over CellResults (or dicts with a "status"), every status present."""
+    counts = {str(s): 0 for s in STATUSES}
     for result in results:
-        counts[result.status] += 1
-        total += 1
-    passed = counts[MATCH] + counts[BOTH_RAISED]
-    return {"cells": total, "passed": passed, "counts": counts,
-            "conformance": round(100.0 * passed / total, 2) if total else None}
+        status = result.status if hasattr(result, "status") else result["status"]
+        counts[str(status)] += 1
+    return counts
+
+
+def describe_figure(fig: dict) -> str:
+    """"ran 96.0% of 5 cells; 86.2% of those match" (or why there is no figure)."""
+    if not fig["cells"]:
+        return "no cells"
+    if not fig["judged"]:
+        return f"none of {fig['cells']} cells ran ({fig['not_run']} skipped or without golden)"
+    text = f"{fig['conformance']:.2f}% of {fig['judged']} cells match"
+    if fig["not_run"]:
+        text = f"ran {fig['ran']:.1f}% of {fig['cells']} cells; " + text.replace(" cells match", " match")
+    return text

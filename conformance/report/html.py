@@ -7,9 +7,10 @@ from __future__ import annotations
 import json
 from html import escape
 
-from conformance.judge.expectations import CHANGED, UNEXPECTED_FAIL
+from conformance.judge.status import Verdict, describe_figure
 
-MAX_DRILLDOWN = 200  # diverged cells shown per runner (unexpected ones first); the JSON has them all
+MAX_DRILLDOWN = 300  # non-matching cells shown per runner (unexpected first); the cell records have them all
+UNEXPECTED = (str(Verdict.UNEXPECTED_FAIL), str(Verdict.CHANGED))
 
 STYLE = """
 body{font:14px/1.4 system-ui,sans-serif;margin:1.5em;color:#222}
@@ -109,27 +110,54 @@ def _template_excerpt(attribution: dict) -> str:
             f'<pre class="template">{"".join(lines)}</pre>')
 
 
-def _drilldown(name: str, section: dict) -> str:
-    diverged = [c for c in section["cells"] if c["status"] == "diverged"]
-    # unexpected first, then cells the JSON kept in full (known divergences beyond its budget are lean)
-    diverged.sort(key=lambda c: (c["verdict"] not in (UNEXPECTED_FAIL, CHANGED), "golden_window" not in c,
-                                 c["template"], c["case"]))
-    parts = [f'<h3 id="runner-{escape(name)}">{escape(name)}: {len(diverged)} diverged cell(s)</h3>']
-    if len(diverged) > MAX_DRILLDOWN:
-        parts.append(f'<p class="note">showing the first {MAX_DRILLDOWN} of {len(diverged)} diverged cells '
-                     f'(unexpected first); the JSON report has every one.</p>')
-    for index, cell in enumerate(diverged[:MAX_DRILLDOWN]):
-        unexpected = cell["verdict"] in (UNEXPECTED_FAIL, CHANGED)
-        reason = (cell.get("expected") or {}).get("reason", "")
-        div = cell.get("divergence", {})
-        parts.append(
-            f'<details{" open" if index == 0 else ""} class="cell{" unexpected" if unexpected else ""}" data-cell="{escape(name)}/{escape(cell["template"])}/{escape(cell["case"])}">'
+def _refusals(cell: dict) -> str:
+    """Both sides of a cell where at least one refused: the engine's message or bytes, the reference's."""
+    engine = cell.get("message") if cell["status"] != "engine-rendered" else cell.get("output", "")
+    engine_label = "engine" + (f" refused ({cell['refusal']})" if cell.get("refusal") else " rendered")
+    reference = cell.get("reference_message")
+    reference_label = ("reference refused" + (f" ({cell['reference_refusal']})" if cell.get("reference_refusal") else "")
+                       if reference is not None else "reference rendered (see the golden)")
+    return (f'<div class="side"><div><b>{escape(reference_label)}</b><pre>{show(reference or "")}</pre></div>'
+            f'<div><b>{escape(engine_label)}</b><pre>{show(engine or "")}</pre></div></div>')
+
+
+def _cell_detail(name: str, cell: dict, open_: bool) -> str:
+    unexpected = cell["verdict"] in UNEXPECTED
+    reason = (cell.get("expected") or {}).get("reason", "")
+    div = cell.get("divergence")
+    where = f", byte {div['offset']} (line {div['line']}, column {div['column']})" if div else ""
+    body = ""
+    if div:
+        body = (f'<div class="side">{_side(cell.get("golden_window"), "golden")}'
+                f'{_side(cell.get("output_window"), "output")}</div>' + _template_excerpt(cell.get("attribution")))
+    elif cell["status"] in ("errored", "timeout", "skipped", "no-golden"):
+        body = f'<pre>{show(cell.get("message", ""))}</pre>' + (
+            f'<pre>{show(cell["detail"])}</pre>' if cell.get("detail") else "")
+    else:
+        body = _refusals(cell)
+    if cell.get("note"):
+        body = f'<p class="note">{escape(cell["note"])}</p>' + body
+    return (f'<details{" open" if open_ else ""} class="cell{" unexpected" if unexpected else ""}" '
+            f'data-cell="{escape(name)}/{escape(cell["template"])}/{escape(cell["case"])}">'
             f'<summary><code>{escape(cell["template"])}</code> × <code>{escape(cell["case"])}</code> — '
-            f'{escape(cell["verdict"])}, byte {div.get("offset")} (line {div.get("line")}, column {div.get("column")})'
-            f'</summary>'
-            + (f'<p class="note">expected: {escape(reason)}</p>' if reason else "")
-            + f'<div class="side">{_side(cell.get("golden_window"), "golden")}{_side(cell.get("output_window"), "output")}</div>'
-            + _template_excerpt(cell.get("attribution")) + "</details>")
+            f'{escape(cell["status"])}, {escape(str(cell["verdict"]))}{where}</summary>'
+            + (f'<p class="note">expected: {escape(reason)}</p>' if reason else "") + body + "</details>")
+
+
+def _drilldown(name: str, section: dict, cells: list) -> str:
+    order = {"diverged": 0, "raised-differently": 1, "engine-raised": 2, "engine-rendered": 3}
+    cells = sorted(cells, key=lambda c: (c["verdict"] not in UNEXPECTED, order.get(c["status"], 4),
+                                         c["template"], c["case"]))
+    by_status = {}
+    for cell in cells:
+        by_status[cell["status"]] = by_status.get(cell["status"], 0) + 1
+    counts = ", ".join(f"{status} {n}" for status, n in sorted(by_status.items()))
+    parts = [f'<h3 id="runner-{escape(name)}">{escape(name)}: {len(cells)} cell(s) that are not a pass'
+             f'{" (" + escape(counts) + ")" if counts else ""}</h3>']
+    if len(cells) > MAX_DRILLDOWN:
+        parts.append(f'<p class="note">showing {MAX_DRILLDOWN} of {len(cells)} cells (unexpected first, then by '
+                     f'status); the report\'s cell records (report.cells.jsonl.gz) hold every one.</p>')
+    parts.extend(_cell_detail(name, cell, index == 0) for index, cell in enumerate(cells[:MAX_DRILLDOWN]))
     return "".join(parts)
 
 
@@ -148,7 +176,8 @@ def _capability_agreement(report: dict) -> str:
     for name, row in section["capabilities"].items():
         pct = None if row["agreement"] is None else 100 * row["agreement"]
         examples = "".join(f'<li><code>{escape(d["template"])}</code>: reference {_value(d.get("reference"))}, '
-                           f'llama.cpp {_value(d.get("llamacpp"))}</li>' for d in row["disagreements"])
+                           f'{escape(engine.get("name", "engine"))} {_value(d.get(engine.get("name", "llamacpp")))}</li>'
+                           for d in row["disagreements"])
         unlisted = row["disagree"] - len(row["disagreements"])
         if unlisted > 0:
             examples += f"<li>… and {unlisted} more</li>"
@@ -158,33 +187,41 @@ def _capability_agreement(report: dict) -> str:
                     + (f"<ul>{examples}</ul>" if examples else "–") + "</td></tr>")
     source = f'; loaded from {escape(section["source"])}' if section.get("source") else ""
     over = f' over {section["templates"]} template(s)' if section.get("templates") is not None else ""
-    return (f'<h2>llama.cpp capability agreement</h2><p class="note">{escape(what)}{over}{source}: '
-            'llama-server\'s own view of each template (/props chat_template_caps, generation prompt) '
+    return (f'<h2>{escape(engine.get("name", "engine"))} capability agreement</h2><p class="note">{escape(what)}{over}{source}: '
+            'the engine\'s own view of each template (its reported capabilities, its generation prompt) '
             'against the capability goldens; unknown = one side could not tell.</p>'
             '<table id="capability-agreement"><tr><th>capability</th><th>compared</th><th>agree</th>'
             '<th>agreement</th><th>unknown</th><th>disagreeing templates</th></tr>' + "".join(rows) + "</table>")
 
 
-def render_html(report: dict) -> str:
+def render_html(report) -> str:
     summary_rows = []
     for name, s in report["runners"].items():
-        v = s["verdicts"]
+        v, fig = s["verdicts"], s["figure"]
+        refused = sum(s["counts"].get(k, 0) for k in ("raised-differently", "engine-raised", "engine-rendered"))
         summary_rows.append(
             f'<tr><td class="name"><a href="#runner-{escape(name)}">{escape(name)}</a></td>'
-            f'<td class="{_colour(s["conformance"])}">{s["conformance"]}%</td><td>{s["cells_total"]}</td>'
-            f'<td>{s["counts"]["diverged"]}</td><td>{v.get("unexpected-fail", 0)}</td><td>{v.get("changed", 0)}</td>'
-            f'<td>{v.get("unexpected-pass", 0)}</td><td>{escape(", ".join(list(s["blamed_constructs"])[:3]))}</td></tr>')
+            f'<td class="{_colour(s["conformance"])}">{"n/a" if s["conformance"] is None else str(s["conformance"]) + "%"}</td>'
+            f'<td>{"n/a" if fig["ran"] is None else str(fig["ran"]) + "%"}</td><td>{fig["cells"]}</td>'
+            f'<td>{s["counts"]["diverged"]}</td><td>{refused}</td><td>{fig["not_run"]}</td>'
+            f'<td>{v.get("unexpected-fail", 0)}</td><td>{v.get("changed", 0)}</td>'
+            f'<td>{v.get("unexpected-pass", 0)}</td><td title="{escape(describe_figure(fig))}">'
+            f'{escape(", ".join(c["title"] for c in s.get("causes", [])[:2]) or ", ".join(list(s["blamed_constructs"])[:3]))}</td></tr>')
     notes = sorted({n for s in report["runners"].values() for n in s["notes"]})
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>chatgold conformance report</title>'
         f'<style>{STYLE}</style></head><body><h1>chatgold conformance report</h1>'
-        f'<p>generated {escape(report["generated"])}; {report["unexpected"]} unexpected outcome(s)</p>'
+        f'<p>generated {escape(report["generated"])}; {report["unexpected"]} unexpected outcome(s). '
+        'Conformance counts the cells a runner ran; skipped cells and cells without a golden are outside it '
+        '("ran").</p>'
         + "".join(f'<p class="note">{escape(n)}</p>' for n in notes)
-        + '<table id="summary"><tr><th>runner</th><th>conformance</th><th>cells</th><th>diverged</th><th>new</th>'
-          '<th>changed</th><th>now passing</th><th>top blamed constructs</th></tr>' + "".join(summary_rows) + "</table>"
+        + '<table id="summary"><tr><th>runner</th><th>conformance</th><th>ran</th><th>cells</th><th>diverged</th>'
+          '<th>refused differently</th><th>not run</th><th>new</th><th>changed</th><th>now passing</th>'
+          '<th>top causes</th></tr>' + "".join(summary_rows) + "</table>"
         + _matrix(report, "features", "Conformance by case feature")
-        + _matrix(report, "constructs", "Conformance by Jinja construct (templates using it)")
+        + _matrix(report, "constructs", "Conformance by Jinja construct")
         + _capability_agreement(report)
-        + "<h2>Diverged cells</h2>"
-        + "".join(_drilldown(name, s) for name, s in report["runners"].items())
+        + "<h2>Cells that are not a pass</h2>"
+        + "".join(_drilldown(name, s, report.runner_cells(name)) for name, s in report["runners"].items())
         + "</body></html>\n")
+

@@ -6,39 +6,49 @@ import json
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
-from conformance.judge.expectations import CHANGED, UNEXPECTED_FAIL, UNEXPECTED_PASS, Expectations
+from conformance.judge.status import Verdict, describe_figure
 
 TOP = 10
+UNEXPECTED = (str(Verdict.UNEXPECTED_FAIL), str(Verdict.CHANGED))
 
 
 def _pct(value) -> str:
     return "n/a" if value is None else f"{value:.2f}%"
 
 
-def terminal(report: dict, show_unexpected: int = 20) -> str:
+def _expected_suffix(cell: dict) -> str:
+    return f" (expected {cell['expected']['status']})" if cell.get("expected") else " (new)"
+
+
+def terminal(report, show_unexpected: int = 20) -> str:
     lines = []
     for name, section in report["runners"].items():
         counts = section["counts"]
         nonzero = ", ".join(f"{s} {n}" for s, n in counts.items() if n)
-        lines.append(f"{name}: {_pct(section['conformance'])} conformance over {section['cells_total']} cells ({nonzero})")
+        lines.append(f"{name}: {describe_figure(section['figure'])} ({nonzero})")
         v = section["verdicts"]
-        lines.append(f"    expectations: {v.get('expected-fail', 0)} known, {v.get(UNEXPECTED_FAIL, 0)} new, "
-                     f"{v.get(CHANGED, 0)} changed, {v.get(UNEXPECTED_PASS, 0)} now passing")
-        if section["blamed_constructs"]:
+        lines.append(f"    expectations: {v.get('expected-fail', 0)} known, {v.get(str(Verdict.UNEXPECTED_FAIL), 0)} new, "
+                     f"{v.get(str(Verdict.CHANGED), 0)} changed, {v.get(str(Verdict.UNEXPECTED_PASS), 0)} now passing, "
+                     f"{v.get(str(Verdict.NOT_RUN), 0)} not run")
+        if section.get("causes"):
+            top = "; ".join(f"{c['title']} (+{c['gain']:.2f} pts)" for c in section["causes"][:3])
+            lines.append(f"    top root causes: {top}")
+        elif section["blamed_constructs"]:
             top = ", ".join(f"{c} {n}" for c, n in list(section["blamed_constructs"].items())[:5])
             lines.append(f"    divergences by construct: {top}")
         for note in section["notes"]:
             lines.append(f"    note: {note}")
         shown = 0
-        for cell in section["cells"]:
-            if cell["verdict"] in (UNEXPECTED_FAIL, CHANGED) and shown < show_unexpected:
-                shown += 1
-                lines.append(f"    UNEXPECTED {cell['template']} x {cell['case']}: {cell['status']}"
-                             + (f" (expected {cell['expected']['status']})" if cell.get("expected") else ""))
-                if cell.get("description"):
-                    lines.extend("      " + part for part in cell["description"].splitlines())
-                elif cell.get("message"):
-                    lines.append("      " + cell["message"].splitlines()[0][:200] if cell["message"] else "")
+        for cell in section["unexpected_cells"][:show_unexpected]:
+            shown += 1
+            lines.append(f"    UNEXPECTED {cell['template']} x {cell['case']}: {cell['status']}"
+                         + (f" (expected {cell['expected']['status']})" if cell.get("expected") else ""))
+            if cell.get("description"):
+                lines.extend("      " + part for part in cell["description"].splitlines())
+            elif cell.get("message"):
+                lines.append("      " + cell["message"].splitlines()[0][:200])
+            if cell.get("reference_message"):
+                lines.append("      reference: " + cell["reference_message"].splitlines()[0][:200])
         if section["unexpected"] > shown:
             lines.append(f"    ... {section['unexpected'] - shown} more unexpected (see the JSON/HTML report)")
     lines.extend(terminal_capability_agreement(report))
@@ -46,42 +56,51 @@ def terminal(report: dict, show_unexpected: int = 20) -> str:
     return "\n".join(lines)
 
 
-def markdown(report: dict) -> str:
+def markdown(report) -> str:
     out = ["## chatgold conformance", ""]
-    out.append("| runner | conformance | cells | matches | diverged | other | new | changed | now passing |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| runner | conformance | ran | cells | matches | diverged | refused differently | other | not run "
+               "| new | changed | now passing |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, s in report["runners"].items():
-        c = s["counts"]
-        matches = c["match"] + c["both-raised"]
-        other = s["cells_total"] - matches - c["diverged"]
+        c, fig = s["counts"], s["figure"]
+        refused = c.get("raised-differently", 0) + c.get("engine-raised", 0) + c.get("engine-rendered", 0)
+        other = fig["judged"] - fig["passed"] - c["diverged"] - refused
         v = s["verdicts"]
-        out.append(f"| {name} | {_pct(s['conformance'])} | {s['cells_total']} | {matches} | {c['diverged']} | {other} "
-                   f"| {v.get(UNEXPECTED_FAIL, 0)} | {v.get(CHANGED, 0)} | {v.get(UNEXPECTED_PASS, 0)} |")
+        out.append(f"| {name} | {_pct(fig['conformance'])} | {_pct(fig['ran'])} | {fig['cells']} | {fig['passed']} "
+                   f"| {c['diverged']} | {refused} | {other} | {fig['not_run']} "
+                   f"| {v.get(str(Verdict.UNEXPECTED_FAIL), 0)} | {v.get(str(Verdict.CHANGED), 0)} "
+                   f"| {v.get(str(Verdict.UNEXPECTED_PASS), 0)} |")
+    out.append("")
+    out.append("Conformance counts the cells a runner ran (skipped cells and cells without a golden are outside it); "
+               "\"ran\" is the share of cells it ran.")
     out.append("")
     for name, s in report["runners"].items():
-        worst = sorted(((row["conformance"], tag) for tag, row in s["features"].items()), key=lambda x: (x[0], x[1]))[:TOP]
+        if s.get("causes"):
+            out.append(f"<details><summary>{name}: top root causes</summary>\n")
+            out.append("| cause | cells | templates | conformance if fixed |\n|---|---:|---:|---:|")
+            for cause in s["causes"][:TOP]:
+                out.append(f"| {cause['title']} (`{cause['id']}`) | {len(cause['cells'])} | {cause['templates']} "
+                           f"| {_pct(cause['conformance_if_fixed'])} (+{cause['gain']:.2f}) |")
+            out.append("\n</details>\n")
+        rows = [(row["conformance"], tag) for tag, row in s["features"].items() if row["conformance"] is not None]
+        worst = sorted(rows)[:TOP]
         out.append(f"<details><summary>{name}: weakest features and constructs</summary>\n")
         out.append("| feature | conformance |\n|---|---:|")
         out.extend(f"| `{tag}` | {_pct(p)} |" for p, tag in worst)
-        worst_c = sorted(((row["conformance"], tag) for tag, row in s["constructs"].items()))[:TOP]
+        rows = [(row["conformance"], tag) for tag, row in s["constructs"].items() if row["conformance"] is not None]
         out.append("\n| construct | conformance |\n|---|---:|")
-        out.extend(f"| `{tag}` | {_pct(p)} |" for p, tag in worst_c)
-        if s["blamed_constructs"]:
-            out.append("\n| construct emitting the first differing golden byte | divergences |\n|---|---:|")
-            out.extend(f"| `{c}` | {n} |" for c, n in list(s["blamed_constructs"].items())[:TOP])
+        out.extend(f"| `{tag}` | {_pct(p)} |" for p, tag in sorted(rows)[:TOP])
         for note in s["notes"]:
             out.append(f"\n> {note}")
         out.append("\n</details>\n")
     out.extend(markdown_capability_agreement(report))
-    unexpected = [(name, cell) for name, s in report["runners"].items() for cell in s["cells"]
-                  if cell["verdict"] in (UNEXPECTED_FAIL, CHANGED)]
+    unexpected = [(name, cell) for name, s in report["runners"].items() for cell in s["unexpected_cells"]]
     if unexpected:
         out.append(f"### {len(unexpected)} unexpected outcome(s)\n")
         for name, cell in unexpected[:50]:
-            out.append(f"- **{name}** `{cell['template']}` x `{cell['case']}`: {cell['status']}"
-                       + (f" (expected {cell['expected']['status']})" if cell.get("expected") else " (new)"))
+            out.append(f"- **{name}** `{cell['template']}` x `{cell['case']}`: {cell['status']}{_expected_suffix(cell)}")
         if len(unexpected) > 50:
-            out.append(f"- ... and {len(unexpected) - 50} more")
+            out.append(f"- ... and {len(unexpected) - 50} more (every cell is in the report's cell records)")
     else:
         out.append("No unexpected outcomes.")
     return "\n".join(out) + "\n"
@@ -91,13 +110,14 @@ def _agreement_pct(row: dict) -> str:
     return "n/a" if row["agreement"] is None else f"{100 * row['agreement']:.1f}%"
 
 
-def markdown_capability_agreement(report: dict) -> list:
+def markdown_capability_agreement(report) -> list:
     """The capability agreement table, or nothing when the report has no such section."""
     section = report.get("capability_agreement")
     if not section:
         return []
     over = f" over {section['templates']} templates" if section.get("templates") is not None else ""
-    out = [f"### llama.cpp capability agreement{over}", "",
+    engine = (section.get("engine") or {}).get("name", "engine")
+    out = [f"### {engine} capability agreement{over}", "",
            "| capability | compared | agree | agreement | unknown |", "|---|---:|---:|---:|---:|"]
     for name, row in section["capabilities"].items():
         out.append(f"| `{name}` | {row['compared']} | {row['agree']} | {_agreement_pct(row)} | {row['unknown']} |")
@@ -105,45 +125,40 @@ def markdown_capability_agreement(report: dict) -> list:
     return out
 
 
-def terminal_capability_agreement(report: dict) -> list:
+def terminal_capability_agreement(report) -> list:
     section = report.get("capability_agreement")
     if not section:
         return []
     rows = ", ".join(f"{name} {row['agree']}/{row['compared']}" for name, row in section["capabilities"].items())
-    return [f"llama.cpp capability agreement: {rows}"]
+    return [f"{(section.get('engine') or {}).get('name', 'engine')} capability agreement: {rows}"]
 
 
-def write_junit(report: dict, path: Path) -> Path:
-    """One <testcase> per cell; expected divergences are reported as skipped with their reason."""
+def write_junit(report, path: Path) -> Path:
+    """One <testcase> per cell: known non-matches and cells not run are skipped (with the reason), unexpected
+    ones are failures."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         fh.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="chatgold">\n')
         for name, s in report["runners"].items():
-            rules = Expectations(name, rules=s.get("rules", []))
-            failures = s["unexpected"]
-            skipped = s["verdicts"].get("expected-fail", 0)
+            v = s["verdicts"]
+            skipped = v.get(str(Verdict.EXPECTED_FAIL), 0) + v.get(str(Verdict.NOT_RUN), 0)
             fh.write(f'  <testsuite name={quoteattr("chatgold." + name)} tests="{s["cells_total"]}" '
-                     f'failures="{failures}" errors="0" skipped="{skipped}">\n')
+                     f'failures="{s["unexpected"]}" errors="0" skipped="{skipped}">\n')
             for template, cases in s["passed"].items():
                 for case in cases:
                     fh.write(f'    <testcase classname={quoteattr(f"{name}.{template}")} name={quoteattr(case)}/>\n')
-            for template, cases in s.get("known", {}).items():
-                for case, value in cases.items():
-                    status = value.partition(":")[0]
-                    reason = rules.reason_for(template, case, status)[0] or "known divergence"
-                    fh.write(f'    <testcase classname={quoteattr(f"{name}.{template}")} name={quoteattr(case)}>'
-                             f'<skipped message={quoteattr(_xml_safe(status + ": " + reason))}/></testcase>\n')
-            for cell in s["cells"]:
+            for cell in report.runner_cells(name):
                 fh.write(f'    <testcase classname={quoteattr(name + "." + cell["template"])} name={quoteattr(cell["case"])}>')
                 text = cell.get("description") or cell.get("message") or ""
-                if cell["verdict"] in (UNEXPECTED_FAIL, CHANGED):
-                    summary = f"{cell['status']}" + (f" (expected {cell['expected']['status']})" if cell.get("expected") else " (new)")
-                    fh.write(f'<failure message={quoteattr(summary)}>{escape(_xml_safe(text))}</failure>')
-                elif cell["verdict"] == "expected-fail":
-                    reason = ((cell.get("expected") or {}).get("reason") or rules.reason_for(
-                        cell["template"], cell["case"], cell["status"])[0] or "known divergence")
+                if cell["verdict"] in UNEXPECTED:
+                    summary = cell["status"] + _expected_suffix(cell)
+                    fh.write(f'<failure message={quoteattr(_xml_safe(summary))}>{escape(_xml_safe(text))}</failure>')
+                elif cell["verdict"] == str(Verdict.EXPECTED_FAIL):
+                    reason = (cell.get("expected") or {}).get("reason") or "known non-match"
                     fh.write(f'<skipped message={quoteattr(_xml_safe(cell["status"] + ": " + reason))}/>')
-                elif cell["verdict"] == UNEXPECTED_PASS:
+                elif cell["verdict"] == str(Verdict.NOT_RUN):
+                    fh.write(f'<skipped message={quoteattr(_xml_safe(cell["status"] + ": " + (cell.get("message") or "")))}/>')
+                elif cell["verdict"] == str(Verdict.UNEXPECTED_PASS):
                     fh.write(f'<system-out>{escape("now passes; expected " + cell["expected"]["status"])}</system-out>')
                 fh.write("</testcase>\n")
             fh.write("  </testsuite>\n")
@@ -162,17 +177,18 @@ def badge(section: dict) -> dict:
     value = section["conformance"]
     colour = ("lightgrey" if value is None else "brightgreen" if value >= 99 else "green" if value >= 90
               else "yellow" if value >= 75 else "orange" if value >= 50 else "red")
+    ran = section["figure"]["ran"]
+    message = _pct(value) + (f" of {ran:.0f}% run" if ran is not None and ran < 100 else "")
     return {"schemaVersion": 1, "label": f"chatgold {section['runner'].get('name', '')}".strip(),
-            "message": _pct(value), "color": colour}
+            "message": message, "color": colour}
 
 
-def write_badges(report: dict, directory: Path) -> list:
-    from conformance.judge.expectations import runner_file_name
+def write_badges(report, directory: Path) -> list:
 
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, section in report["runners"].items():
-        path = directory / runner_file_name(name)
+        path = directory / ("".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name) + ".json")
         data = badge(section)
         data["label"] = f"chatgold {name}"
         path.write_text(json.dumps(data) + "\n", encoding="utf-8")

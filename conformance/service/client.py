@@ -60,14 +60,17 @@ class ServiceClient:
 
     # -- check -------------------------------------------------------------------------------------------
     def check(self, template_id: str, case_id: str, output: Optional[str] = None, raised: Optional[str] = None,
-              attribute: bool = True) -> dict:
+              attribute: bool = True, refusal: Optional[str] = None) -> dict:
         body = {"template": template_id, "case": case_id}
         body.update({"output": output} if raised is None else {"raised": raised})
+        if raised is not None and refusal:
+            body["refusal"] = refusal
         return self._call("POST", self._url("v1", "check"), json=body,
                           params={"attribute": str(attribute).lower()}).json()
 
     def check_batch(self, cells: Iterable[dict], attribute: bool = False, chunk: int = 500) -> list[dict]:
-        """cells: {template, case, output} or {template, case, raised}; sent in chunks under the service limit."""
+        """cells: {template, case, output} or {template, case, raised[, refusal]}; sent in chunks under the
+        service limit."""
         cells = list(cells)
         results = []
         for start in range(0, len(cells), chunk):
@@ -86,3 +89,59 @@ class ServiceClient:
     def identify(self, template: Optional[str] = None, sha256: Optional[str] = None) -> dict:
         body = {"template": template} if template is not None else {"sha256": sha256}
         return self._call("POST", self._url("v1", "identify"), json=body).json()
+
+
+class ServiceJudge:
+    """A judge (judge.pipeline.Judge) that asks a `chatgold serve`, which holds the goldens: rendered and
+    refused outcomes are judged there; errors, timeouts and skips need no golden and are judged here."""
+
+    def __init__(self, client: ServiceClient, attribute: bool = False):
+        self.client = client
+        self.attribute = attribute
+
+    def judge(self, runner_name: str, cells) -> list:
+        from conformance.judge.status import result_for
+        from runners.base import Raised, RefusalKind, Rendered
+
+        remote = []
+        for template_id, case_id, outcome in cells:
+            if isinstance(outcome, Rendered):
+                remote.append({"template": template_id, "case": case_id, "output": outcome.text})
+            elif isinstance(outcome, Raised):
+                cell = {"template": template_id, "case": case_id, "raised": outcome.message}
+                if outcome.refusal != RefusalKind.UNKNOWN:
+                    cell["refusal"] = str(outcome.refusal)
+                remote.append(cell)
+        judged = iter(self.client.check_batch(remote, attribute=self.attribute)) if remote else iter(())
+        results = []
+        for template_id, case_id, outcome in cells:
+            if isinstance(outcome, (Rendered, Raised)):
+                results.append(_result_from_service(runner_name, next(judged), outcome))
+            else:
+                results.append(result_for(runner_name, template_id, case_id, None, outcome))
+        return results
+
+
+def _result_from_service(runner_name: str, judged: dict, outcome):
+    """The service's judgement as the CellResult a local judge would give the same outcome."""
+    from conformance.judge.diff import Divergence
+    from conformance.judge.status import CellResult, Status, fingerprint
+    from runners.base import Raised, Rendered
+
+    status = Status(judged["status"])
+    result = CellResult(
+        runner=runner_name, template_id=judged["template"], case_id=judged["case"], status=status,
+        divergence=Divergence(**judged["divergence"]) if judged.get("divergence") else None,
+        message=outcome.message if isinstance(outcome, Raised) else "",
+        output=outcome.text if isinstance(outcome, Rendered) and status != Status.MATCH else None,
+        golden_kind=judged.get("golden_kind"),
+        refusal=str(outcome.refusal) if isinstance(outcome, Raised) else None,
+        reference_message=judged.get("reference_message"), reference_refusal=judged.get("reference_refusal"))
+    if judged.get("note"):
+        result.extra["note"] = judged["note"]
+    fp = fingerprint(result)
+    if fp:
+        result.extra["fingerprint"] = fp
+    if judged.get("attribution"):
+        result.extra["attribution"] = {k: v for k, v in judged["attribution"].items() if v is not None}
+    return result

@@ -35,7 +35,7 @@ def cell_record(entry, case, golden, source: str) -> dict:
     return {"record": "cell",
             "template": {"id": entry.id, "sha256": entry.sha256, "family": entry.family, "source": source,
                          "bos_token": entry.bos_token, "eos_token": entry.eos_token},
-            "case": case.input_dict(),
+            "case": case.to_dict(),
             "expected": expected}
 
 

@@ -22,12 +22,17 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from runners.base import Errored, Raised, Rendered
-
-from conformance.judge import status as checkmod
 from conformance.corpus.cases import Case, load_cases
-from conformance.corpus.manifest import Corpus, TemplateEntry, load_corpus, sha256_text, templates_dir
+from conformance.corpus.manifest import (
+    Corpus,
+    TemplateEntry,
+    load_corpus,
+    sha256_text,
+    templates_dir,
+)
 from conformance.judge.goldens import ENCODING_ERRORS, read_golden, read_meta
+from conformance.judge.status import STATUSES, result_for
+from runners.base import Raised, RefusalKind, Rendered
 
 API_VERSION = "1"
 # Documented limits (docs/service.md). Bodies beyond MAX_BODY_BYTES get 413 before they are parsed.
@@ -121,6 +126,10 @@ class CheckRequest(BaseModel):
     output: Optional[str] = Field(None, max_length=MAX_OUTPUT_CHARS, description="What the engine rendered")
     raised: Optional[str] = Field(None, max_length=MAX_OUTPUT_CHARS,
                                   description="The engine refused to render, with this message")
+    refusal: Optional[Literal["compile", "raise", "render"]] = Field(
+        None, description="Which kind of refusal `raised` is (compile: the template does not compile; raise: it "
+                          "called raise_exception; render: rendering failed). Absent: unknown, and only a "
+                          "raise_exception message can then match")
 
     @model_validator(mode="after")
     def _exactly_one(self):
@@ -152,11 +161,14 @@ class Attribution(BaseModel):
 class CheckResult(BaseModel):
     template: str
     case: str
-    status: Literal["match", "both-raised", "diverged", "engine-raised", "engine-rendered", "no-golden"]
+    status: Literal[tuple(str(s) for s in STATUSES)]  # type: ignore[valid-type]
     passed: bool
     golden_kind: Optional[Literal["rendered", "raised"]]
     divergence: Optional[DivergenceModel] = None
-    reference_message: Optional[str] = Field(None, description="The reference's refusal, when the engine rendered")
+    reference_message: Optional[str] = Field(None, description="The reference's refusal, when it refused")
+    reference_refusal: Optional[Literal["compile", "raise", "render"]] = Field(
+        None, description="The kind of the reference's refusal, when it refused")
+    note: Optional[str] = Field(None, description="Why two refusals do not match, when they do not")
     attribution: Optional[Attribution] = None
 
 
@@ -168,9 +180,12 @@ class BatchRequest(BaseModel):
 
 class BatchSummary(BaseModel):
     cells: int
+    judged: int = Field(description="Cells inside the conformance denominator (the engine ran them, a golden exists)")
     passed: int
+    not_run: int
     counts: dict[str, int]
-    conformance: Optional[float]
+    conformance: Optional[float] = Field(description="passed / judged, percent")
+    ran: Optional[float] = Field(description="judged / cells, percent")
 
 
 class BatchResult(BaseModel):
@@ -312,15 +327,18 @@ def check_one(state: State, cell: CheckRequest, attribute: bool) -> dict:
     entry = state.template(cell.template)
     case = state.case(cell.case)
     golden = read_golden(entry.id, case.id)
-    outcome = Rendered(cell.output) if cell.output is not None else Raised(cell.raised)
-    status, divergence, message = checkmod.classify(golden, outcome)
-    result = {"template": entry.id, "case": case.id, "status": status, "passed": status in checkmod.PASSING,
+    if cell.output is not None:
+        outcome = Rendered(cell.output)
+    else:
+        outcome = Raised(cell.raised, RefusalKind(cell.refusal) if cell.refusal else RefusalKind.UNKNOWN)
+    judged = result_for("service", entry.id, case.id, golden, outcome)
+    result = {"template": entry.id, "case": case.id, "status": str(judged.status), "passed": judged.passed,
               "golden_kind": golden.kind if golden else None,
-              "divergence": divergence.to_dict() if divergence else None,
-              "reference_message": message if status == checkmod.ENGINE_RENDERED else None,
-              "attribution": None}
-    if divergence is not None and attribute:
-        result["attribution"] = _attribution(entry.id, case.id, divergence.offset, state)
+              "divergence": judged.divergence.to_dict() if judged.divergence else None,
+              "reference_message": judged.reference_message, "reference_refusal": judged.reference_refusal,
+              "note": judged.extra.get("note"), "attribution": None}
+    if judged.divergence is not None and attribute:
+        result["attribution"] = _attribution(entry.id, case.id, judged.divergence.offset, state)
     return result
 
 
@@ -428,12 +446,12 @@ def create_app(state: Optional[State] = None) -> FastAPI:
     @app.get("/v1/cases", response_model=CaseList, response_model_exclude_unset=True, tags=["read"])
     def list_cases(case: Optional[list[str]] = Query(None, max_length=50, description="id globs")):
         cases = [c for c in st().cases.values() if not case or any(fnmatch.fnmatchcase(c.id, p) for p in case)]
-        return {"count": len(cases), "cases": [c.input_dict() for c in cases]}
+        return {"count": len(cases), "cases": [c.to_dict() for c in cases]}
 
     @app.get("/v1/cases/{case_id}", response_model=CaseInput, response_model_exclude_unset=True, responses=_ERRORS,
              tags=["read"])
     def get_case(case_id: str):
-        return st().case(case_id).input_dict()
+        return st().case(case_id).to_dict()
 
     @app.get("/v1/goldens/{template_id}/{case_id}", tags=["read"],
              response_class=Response,
@@ -476,12 +494,9 @@ def create_app(state: Optional[State] = None) -> FastAPI:
                 results.append(check_one(state, cell, batch.attribute))
             except HTTPException as exc:
                 raise HTTPException(exc.status_code, f"cells[{index}]: {exc.detail}") from None
-        counts = {s: 0 for s in checkmod.STATUSES}
-        for r in results:
-            counts[r["status"]] += 1
-        passed = sum(1 for r in results if r["passed"])
-        return {"results": results, "summary": {"cells": len(results), "passed": passed, "counts": counts,
-                                                 "conformance": round(100.0 * passed / len(results), 2)}}
+        from conformance.judge.pipeline import summary_of
+
+        return {"results": results, "summary": summary_of(results)}
 
     @app.post("/v1/goldens", response_model=GoldensResult, responses={**_ERRORS, **_BUSY}, tags=["reference"])
     def new_goldens(body: GoldensRequest):
@@ -519,7 +534,7 @@ def create_app(state: Optional[State] = None) -> FastAPI:
                 goldens.append({"case": case.id, "kind": "raised", "text": outcome.message})
             else:
                 complete = False
-                why = outcome.message if isinstance(outcome, Errored) else outcome.reason
+                why = outcome.message
                 goldens.append({"case": case.id, "kind": "errored", "text": why})
         sha = sha256_text(data)
         match = state.corpus.by_sha.get(sha)
@@ -543,6 +558,7 @@ def create_app(state: Optional[State] = None) -> FastAPI:
 def serve(host: str = "127.0.0.1", port: int = 8765, ready_file: Optional[str] = None) -> None:
     """Run the service until interrupted. `ready_file` receives the bound port (useful with port 0)."""
     import asyncio
+
     import uvicorn
 
     app = create_app()

@@ -10,15 +10,36 @@ with the type name and message HF reports for the same input; a bound hit (time,
 """
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version as _dist_version
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _dist_version
 from typing import Iterable, Iterator
 
-from ..base import Errored, Outcome, Raised, Rendered, RenderRequest, Runner
+from ..base import (
+    Errored,
+    Outcome,
+    Raised,
+    RefusalKind,
+    Rendered,
+    RenderRequest,
+    Runner,
+)
 from .environment import DEFAULT_MAX_OUTPUT, DEFAULT_TIME_LIMIT
-from .errors import EvaluatorError, LimitExceeded, RenderTimeout
+from .errors import (
+    EvaluatorError,
+    LimitExceeded,
+    RenderTimeout,
+    TemplateCompileError,
+    TemplateRefusal,
+)
 from .template import ChatTemplate
 
 EVALUATOR_VERSION = "1"
+
+
+def refusal_kind(exc: EvaluatorError) -> RefusalKind:
+    if isinstance(exc, TemplateCompileError):
+        return RefusalKind.COMPILE
+    return RefusalKind.RAISE if isinstance(exc, TemplateRefusal) else RefusalKind.RENDER
 
 
 class EvaluatorRunner(Runner):
@@ -51,7 +72,7 @@ class EvaluatorRunner(Runner):
         except LimitExceeded as exc:
             return Errored(f"{request.cell()}: {exc}")
         except EvaluatorError as exc:
-            return Raised(exc.reference_text())
+            return Raised(exc.reference_text(), refusal_kind(exc))
         except MemoryError:
             return Errored(f"{request.cell()}: memory exhausted while rendering")
         return Rendered(text)

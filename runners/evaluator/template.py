@@ -17,8 +17,16 @@ import jinja2
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 
 from . import environment as envmod
-from .errors import (EvaluatorError, InputError, OutputLimitError, ReservedVariableError,
-                     SecurityViolation, TemplateCompileError, TemplateRefusal, TemplateRenderError)
+from .errors import (
+    EvaluatorError,
+    InputError,
+    OutputLimitError,
+    ReservedVariableError,
+    SecurityViolation,
+    TemplateCompileError,
+    TemplateRefusal,
+    TemplateRenderError,
+)
 
 DEFAULT_NOW = "2025-06-15T09:30:00+00:00"  # same as runners.base.DEFAULT_NOW
 

@@ -9,7 +9,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from runners.base import Raised, Rendered, Skipped  # noqa: E402
+from runners.base import Raised, RefusalKind, Rendered, Skipped  # noqa: E402
 from runners.harness import serve  # noqa: E402
 
 ROLES = ("system", "user", "assistant")
@@ -25,9 +25,9 @@ def render(request):
         role, content = message.get("role"), message.get("content")
         # Its Message type is {Role, String}: other roles or structured content do not exist there.
         if role not in ROLES:
-            return Raised(f"kopitiam-ai has no role {role!r} (system, user, assistant)")
+            return Raised(f"kopitiam-ai has no role {role!r} (system, user, assistant)", RefusalKind.RENDER)
         if not isinstance(content, str):
-            return Raised(f"kopitiam-ai message content is a string, got {type(content).__name__}")
+            return Raised(f"kopitiam-ai message content is a string, got {type(content).__name__}", RefusalKind.RENDER)
         prompt.append(f"<|im_start|>{role}\n{content}<|im_end|>\n")
     prompt.append("<|im_start|>assistant\n")
     return Rendered("".join(prompt))

@@ -20,9 +20,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from runners.base import Raised, Rendered, Skipped  # noqa: E402
+from runners.base import Raised, RefusalKind, Rendered, Skipped  # noqa: E402
 from runners.harness import serve  # noqa: E402
-from runners.minijinja_runner import error_text, load_template, minijinja_version, render_native  # noqa: E402
+from runners.minijinja_runner import (  # noqa: E402
+    error_text,
+    load_template,
+    minijinja_version,
+    render_native,
+)
 
 # MiniJinja pycompat methods (measured on minijinja 3.1.0) that ferrox's python_method does not provide.
 NOT_IN_FERROX = {
@@ -187,6 +192,14 @@ class _Unsupported(Exception):
 class TemplateRaised(Exception):
     """A failure ferrox's own functions and filters report (raise_exception, strftime_now, tojson)."""
 
+    kind = RefusalKind.RENDER
+
+
+class TemplateRaiseException(TemplateRaised):
+    """The template's own raise_exception(...)."""
+
+    kind = RefusalKind.RAISE
+
 
 class Ferrox:
     def __init__(self):
@@ -200,7 +213,7 @@ class Ferrox:
 
     @staticmethod
     def raise_exception(msg):
-        raise TemplateRaised(f"invalid operation: template raised: {msg}")
+        raise TemplateRaiseException(f"invalid operation: template raised: {msg}")
 
     def strftime_now(self, fmt):
         try:
@@ -237,17 +250,18 @@ class Ferrox:
         try:
             load_template(self.env, "chat", source)
         except TemplateError as exc:
-            return Raised(f"chat template does not compile: {exc.message}")
+            return Raised(f"chat template does not compile: {exc.message}", RefusalKind.COMPILE)
         try:
             return Rendered(render_native(self.env, source, context, name="chat"))
         except TemplateRaised as exc:
-            return Raised(f"chat template failed to render: {exc}")
+            return Raised(f"chat template failed to render: {exc}", exc.kind)
         except TemplateError as exc:
             cause = exc
             while cause is not None and not isinstance(cause, TemplateRaised):
                 cause = cause.__cause__ or cause.__context__
             text = str(cause) if cause is not None else error_text(exc).replace(RENAMED_SUFFIX, "")
-            return Raised(f"chat template failed to render: {text}")
+            kind = cause.kind if cause is not None else RefusalKind.RENDER
+            return Raised(f"chat template failed to render: {text}", kind)
 
 
 def builtin_chatml(request):

@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from runners.base import Raised, Rendered, Skipped  # noqa: E402
+from runners.base import Raised, RefusalKind, Rendered, Skipped  # noqa: E402
 from runners.harness import serve  # noqa: E402
 
 
@@ -237,7 +237,7 @@ def make_renderer(declared):
         try:
             return Rendered(render(t, request.messages, request.add_generation_prompt, thinking, request.tools or []))
         except PaperkilnError as exc:
-            return Raised(str(exc))
+            return Raised(str(exc), RefusalKind.RENDER)
     return render_request
 
 

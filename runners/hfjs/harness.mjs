@@ -19,7 +19,7 @@ const modulesDir = process.env.CHATGOLD_HFJS_NODE_MODULES || join(here, "node_mo
 const packageDir = join(modulesDir, "@huggingface", "jinja");
 const packageJson = JSON.parse(readFileSync(join(packageDir, "package.json"), "utf8"));
 const entry = packageJson.exports?.["."]?.import ?? packageJson.module ?? packageJson.main;
-const { Template } = await import(pathToFileURL(join(packageDir, entry)).href);
+const { Template, Environment } = await import(pathToFileURL(join(packageDir, entry)).href);
 
 const RealDate = globalThis.Date;
 let frozenMs = null;
@@ -48,33 +48,60 @@ function compile(source) {
   return template;
 }
 
+// The library's own raise_exception is `(args) => { throw new Error(args); }`, installed by setupGlobals
+// through Environment.set (a template variable cannot replace it: "Variable already declared"). This one,
+// installed in its place, throws exactly the same error, marked, so the harness can report the refusal as
+// the template's own.
+class TemplateRaise extends Error {}
+function raiseException(args) {
+  const error = new Error(args);
+  Object.setPrototypeOf(error, TemplateRaise.prototype);
+  throw error;
+}
+const librarySet = Environment.prototype.set;
+Environment.prototype.set = function (name, value) {
+  return librarySet.call(this, name, name === "raise_exception" && typeof value === "function" ? raiseException : value);
+};
+
 function send(message) {
   process.stdout.write(JSON.stringify(message) + "\n");
 }
 
-function render(message) {
-  const seq = message.seq;
-  if (message.continue_final_message) {
+let version = 1;
+
+function refusal(seq, kind, err) {
+  const message = err instanceof Error ? `${err instanceof TemplateRaise ? "Error" : err.name}: ${err.message}` : String(err);
+  return version >= 2 ? { seq, raised: { message, kind } } : { seq, raised: { message } };
+}
+
+function render(seq, template, bosToken, eosToken, conversation) {
+  if (conversation.continue_final_message) {
     return { seq, skipped: { reason: "transformers.js apply_chat_template has no continue_final_message" } };
   }
-  const ms = RealDate.parse(message.now);
-  if (Number.isNaN(ms)) return { seq, errored: { message: `cannot parse now ${JSON.stringify(message.now)}` } };
+  const ms = RealDate.parse(conversation.now);
+  if (Number.isNaN(ms)) return { seq, errored: { message: `cannot parse now ${JSON.stringify(conversation.now)}` } };
+  let compiledTemplate;
+  try {
+    compiledTemplate = compile(template);
+  } catch (err) {
+    return refusal(seq, "compile", err);
+  }
   const special = {};
-  for (const key of SPECIAL_TOKENS) if (message[key]) special[key] = message[key];
+  if (bosToken) special.bos_token = bosToken;
+  if (eosToken) special.eos_token = eosToken;
   frozenMs = ms;
   try {
-    const text = compile(message.template).render({
-      messages: message.messages,
-      add_generation_prompt: message.add_generation_prompt,
-      tools: message.tools,
-      documents: message.documents,
+    const text = compiledTemplate.render({
+      messages: conversation.messages,
+      add_generation_prompt: conversation.add_generation_prompt,
+      tools: conversation.tools,
+      documents: conversation.documents,
       ...special,
-      ...(message.kwargs || {}),
+      ...(conversation.kwargs || {}),
     });
     return { seq, text };
   } catch (err) {
-    const text = err instanceof Error ? `${err.name}: ${err.message}` : String(err);
-    return { seq, raised: { message: text } };
+    return refusal(seq, err instanceof TemplateRaise ? "raise" : "render", err);
   } finally {
     frozenMs = null;
   }
@@ -91,14 +118,21 @@ lines.on("line", (line) => {
     return;
   }
   if (message.cmd === "start") {
-    if (message.version !== 1) {
+    if (message.version !== 1 && message.version !== 2) {
       send({ error: `unsupported protocol version ${JSON.stringify(message.version)}` });
       process.exit(1);
     }
-    send({ name: "hfjs", version: packageJson.version, language: "javascript",
-           homepage: "https://github.com/huggingface/huggingface.js/tree/main/packages/jinja" });
+    version = message.version;
+    const info = { name: "hfjs", version: packageJson.version, language: "javascript",
+                   homepage: "https://github.com/huggingface/huggingface.js/tree/main/packages/jinja" };
+    if (version === 2) Object.assign(info, { protocol: 2, build: `@huggingface/jinja@${packageJson.version} node ${process.version}` });
+    send(info);
   } else if (message.cmd === "render") {
-    send(render(message));
+    send(render(message.seq, message.template, message.bos_token, message.eos_token, message));
+  } else if (message.cmd === "batch" && version === 2) {
+    message.cases.forEach((conversation, index) => {
+      send(render(message.seq + index, message.template, message.bos_token, message.eos_token, conversation));
+    });
   } else if (message.cmd === "stop") {
     process.exit(0);
   } else {

@@ -3,7 +3,12 @@
 `build_llama_server()` builds (or finds in the cache) the binary; `LlamaCppRunner` renders through it.
 See docs/llamacpp.md.
 """
-from .build import LLAMA_CPP_TAG, LlamaCppBuildError, build_llama_server, find_llama_server
+from .build import (
+    LLAMA_CPP_TAG,
+    LlamaCppBuildError,
+    build_llama_server,
+    find_llama_server,
+)
 from .runner import LlamaCppRunner
 
 __all__ = ["LLAMA_CPP_TAG", "LlamaCppBuildError", "LlamaCppRunner", "build_llama_server", "find_llama_server"]

@@ -16,7 +16,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-from ..base import Errored, Outcome, Raised, Rendered, RenderRequest, Runner, RunnerUnavailable, Skipped
+from ..base import (
+    Errored,
+    Outcome,
+    Raised,
+    RefusalKind,
+    Rendered,
+    RenderRequest,
+    Runner,
+    RunnerUnavailable,
+    Skipped,
+)
 from . import build
 from .allocator import allocator_name
 from .clock import faketime_stamp, find_libfaketime
@@ -56,6 +66,22 @@ def _install_sigterm_handler() -> None:
             raise SystemExit(128 + signum)
 
         signal.signal(signal.SIGTERM, on_sigterm)
+
+
+# llama.cpp's raise_exception throws "Jinja Exception: <message>" (common/jinja/value.cpp); its lexer and parser
+# prefix their errors with "lexer"/"parser" (common/jinja/lexer.h, parser.h: fmt_error_with_source).
+RAISE_MARKER = "Jinja Exception: "
+COMPILE_MARKERS = ("parser", "lexer")
+
+
+def refusal_kind(message: str, at_start: bool = False) -> RefusalKind:
+    """The kind of a llama.cpp refusal from its message; a template the server will not load at all is a
+    compile failure unless its message says the template raised."""
+    if RAISE_MARKER in message:
+        return RefusalKind.RAISE
+    if at_start or any(marker in message.lower() for marker in COMPILE_MARKERS):
+        return RefusalKind.COMPILE
+    return RefusalKind.RENDER
 
 
 def _group_key(request: RenderRequest) -> tuple:
@@ -121,7 +147,7 @@ class LlamaCppRunner(Runner):
                                    "`libfaketime`, or set CHATGOLD_LIBFAKETIME)")
             return
         self._libfaketime = library
-        probe = RenderRequest(template=CLOCK_PROBE_TEMPLATE, messages=[{"role": "user", "content": "x"}],
+        probe = RenderRequest.make(template=CLOCK_PROBE_TEMPLATE, messages=[{"role": "user", "content": "x"}],
                               now=CLOCK_PROBE_NOW, template_id="<clock probe>")
         outcome = self._render_uncached(probe)
         with self._lock:  # the probe's server is of no further use
@@ -182,8 +208,8 @@ class LlamaCppRunner(Runner):
             old.stop()
 
     def props(self, template: str, bos_token: Optional[str], eos_token: Optional[str]) -> dict:
-        """llama-server's GET /props for a template (chat_template_caps etc.); raises if the server refuses it."""
-        request = RenderRequest(template=template, messages=[], bos_token=bos_token, eos_token=eos_token)
+        """llama-server's GET /props for a template; raises if the server refuses it."""
+        request = RenderRequest.make(template, [], bos_token=bos_token, eos_token=eos_token)
         key = _group_key(request)
         server = self._acquire(key, request)
         keep = False
@@ -195,6 +221,20 @@ class LlamaCppRunner(Runner):
             return data
         finally:
             self._release(key, server, keep)
+
+    def reports_capabilities(self) -> bool:
+        return True
+
+    def template_capabilities(self, template: str, bos_token: Optional[str],
+                              eos_token: Optional[str]) -> Optional[dict]:
+        """llama-server's own `chat_template_caps` (/props) for the template; None when it will not load it."""
+        try:
+            caps = self.props(template, bos_token, eos_token).get("chat_template_caps")
+        except RunnerUnavailable:
+            raise
+        except Exception:  # a template llama-server refuses to load has no caps: unknown, not a disagreement
+            return None
+        return caps if isinstance(caps, dict) else None
 
     # -- rendering --------------------------------------------------------------------------------------
     def render(self, request: RenderRequest) -> Outcome:
@@ -220,7 +260,7 @@ class LlamaCppRunner(Runner):
             server = self._acquire(key, request)
         except ServerStartFailure as exc:
             if exc.template_refused:
-                refusal = Raised(str(exc))
+                refusal = Raised(str(exc), refusal_kind(str(exc), at_start=True))
                 self._refusals[key] = refusal
                 return refusal
             return Errored(str(exc), exc.detail, timed_out=exc.timed_out)
@@ -268,7 +308,7 @@ class LlamaCppRunner(Runner):
         error = data.get("error") if isinstance(data, dict) else None
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             # 400 (invalid request) and 500 (template exception) both carry the template's/inputs' refusal.
-            return Raised(error["message"])
+            return Raised(error["message"], refusal_kind(error["message"]))
         return Errored(f"llama-server: unexpected HTTP {status} answer", repr(data)[:2000])
 
     def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:

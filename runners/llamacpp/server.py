@@ -6,8 +6,8 @@ import json
 import os
 import re
 import resource
-import socket
 import signal
+import socket
 import subprocess
 import tempfile
 import time

@@ -2,15 +2,31 @@
 
 See PROTOCOL.md beside this file for the specification. This module holds the wire mapping shared by the
 client (runners.command) and the Python harness helper (runners.harness).
+
+Version 2 adds, negotiated at `start` so that version-1 harnesses keep working: the kind of every refusal
+(compile, raise, render), `batch` (one template, many conversations, one reply line per conversation), the
+reference's exact template variables on request (`bindings`), and an optional `build` identity that lets
+chatgold reuse a harness's earlier outcomes.
 """
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Optional, Sequence
 
-from ..base import Errored, Outcome, Raised, Rendered, RenderRequest, Skipped
+from ..base import (
+    Conversation,
+    Errored,
+    Outcome,
+    Raised,
+    RefusalKind,
+    Rendered,
+    RenderRequest,
+    Skipped,
+)
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+SUPPORTED_VERSIONS = (1, 2)
+REFUSAL_KINDS = tuple(k.value for k in RefusalKind if k != RefusalKind.UNKNOWN)
 
 
 class ProtocolError(ValueError):
@@ -22,36 +38,58 @@ def encode(message: dict) -> bytes:
     return (json.dumps(message, ensure_ascii=True, separators=(",", ":")) + "\n").encode("ascii")
 
 
-def render_message(seq: int, request: RenderRequest) -> dict:
-    return {"cmd": "render", "seq": seq, **request.to_wire()}
+def _conversation_body(request: RenderRequest, bindings: bool) -> dict:
+    body = request.conversation.to_dict()
+    if bindings:
+        from ..semantics import reference_bindings
+
+        body["bindings"] = reference_bindings(request)
+    return body
+
+
+def render_message(seq: int, request: RenderRequest, bindings: bool = False) -> dict:
+    return {"cmd": "render", "seq": seq, "template": request.template, "bos_token": request.bos_token,
+            "eos_token": request.eos_token, **_conversation_body(request, bindings)}
+
+
+def batch_message(seq: int, requests: Sequence[RenderRequest], bindings: bool = False) -> dict:
+    """One template (with its special tokens) and several conversations; the harness answers with one
+    render response per conversation, seq, seq + 1, ... in order."""
+    first = requests[0]
+    for request in requests[1:]:
+        if (request.template, request.bos_token, request.eos_token) != (first.template, first.bos_token,
+                                                                         first.eos_token):
+            raise ValueError("a batch holds one template with one pair of special tokens")
+    return {"cmd": "batch", "seq": seq, "template": first.template, "bos_token": first.bos_token,
+            "eos_token": first.eos_token, "cases": [_conversation_body(r, bindings) for r in requests]}
 
 
 def request_from_message(message: dict) -> RenderRequest:
-    return RenderRequest(
-        template=message["template"],
-        messages=message["messages"],
-        bos_token=message.get("bos_token"),
-        eos_token=message.get("eos_token"),
-        tools=message.get("tools"),
-        documents=message.get("documents"),
-        add_generation_prompt=bool(message.get("add_generation_prompt", False)),
-        continue_final_message=bool(message.get("continue_final_message", False)),
-        kwargs=message.get("kwargs") or {},
-        now=message.get("now") or RenderRequest.__dataclass_fields__["now"].default,
-    )
+    return RenderRequest(template=message["template"], conversation=Conversation.from_dict(message),
+                         bos_token=message.get("bos_token"), eos_token=message.get("eos_token"))
 
 
-def outcome_message(seq: int, outcome: Outcome) -> dict:
+def requests_from_batch(message: dict) -> list[RenderRequest]:
+    return [RenderRequest(template=message["template"], conversation=Conversation.from_dict(case),
+                          bos_token=message.get("bos_token"), eos_token=message.get("eos_token"))
+            for case in message["cases"]]
+
+
+def outcome_message(seq: int, outcome: Outcome, version: int = PROTOCOL_VERSION) -> dict:
     if isinstance(outcome, Rendered):
         return {"seq": seq, "text": outcome.text}
     if isinstance(outcome, Raised):
-        return {"seq": seq, "raised": {"message": outcome.message}}
+        body = {"message": outcome.message}
+        if version >= 2:
+            # A harness that cannot tell says render: the widest kind, never a false match with a compile error.
+            body["kind"] = str(outcome.refusal if outcome.refusal != RefusalKind.UNKNOWN else RefusalKind.RENDER)
+        return {"seq": seq, "raised": body}
     if isinstance(outcome, Skipped):
-        return {"seq": seq, "skipped": {"reason": outcome.reason}}
+        return {"seq": seq, "skipped": {"reason": outcome.message}}
     return {"seq": seq, "errored": {"message": outcome.message, "stderr": outcome.detail}}
 
 
-def outcome_from_message(message: Any, expected_seq: int) -> Outcome:
+def outcome_from_message(message: Any, expected_seq: int, version: int = PROTOCOL_VERSION) -> Outcome:
     """Map a harness's render response to an Outcome, or raise ProtocolError naming what is wrong."""
     if not isinstance(message, dict):
         raise ProtocolError(f"expected a JSON object, got {type(message).__name__}")
@@ -69,7 +107,38 @@ def outcome_from_message(message: Any, expected_seq: int) -> Outcome:
     if not isinstance(body, dict):
         raise ProtocolError(f"{key} must be an object")
     if key == "raised":
-        return Raised(str(body.get("message", "")))
+        return Raised(str(body.get("message", "")), _refusal_kind(body, version))
     if key == "skipped":
         return Skipped(str(body.get("reason", "")))
     return Errored(str(body.get("message", "harness reported an error")), str(body.get("stderr", "") or ""))
+
+
+def _refusal_kind(body: dict, version: int) -> RefusalKind:
+    if version < 2:
+        return RefusalKind.UNKNOWN
+    kind = body.get("kind")
+    if kind not in REFUSAL_KINDS:
+        raise ProtocolError(f"raised.kind must be one of {', '.join(REFUSAL_KINDS)} in protocol version 2, "
+                            f"got {kind!r}")
+    return RefusalKind(kind)
+
+
+def negotiated_version(info: dict) -> int:
+    """The version a start response settles on: 2 only when the harness says so."""
+    return 2 if info.get("protocol") == 2 else 1
+
+
+def start_message(version: int = PROTOCOL_VERSION) -> dict:
+    return {"cmd": "start", "version": version}
+
+
+def harness_description(info: dict, version: int, build: Optional[str] = None, bindings: bool = False) -> dict:
+    """A start response: the engine's description, plus, in version 2, what the harness speaks."""
+    answer = dict(info)
+    if version >= 2:
+        answer["protocol"] = 2
+        if build:
+            answer["build"] = build
+        if bindings:
+            answer["bindings"] = True
+    return answer

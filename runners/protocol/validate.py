@@ -25,21 +25,40 @@ SCHEMAS = {
     "start": "start.schema.json",
     "start-response": "start-response.schema.json",
     "render": "render.schema.json",
+    "batch": "batch.schema.json",
+    "conversation": "conversation.schema.json",
     "render-response": "render-response.schema.json",
     "stop": "stop.schema.json",
 }
-REQUEST_KINDS = {"start": "start", "render": "render", "stop": "stop"}
+REQUEST_KINDS = {"start": "start", "render": "render", "batch": "batch", "stop": "stop"}
+
+
+@lru_cache(maxsize=None)
+def schema_registry():
+    """Every protocol schema, by $id, so that one may $ref another (conversation.schema.json)."""
+    from referencing import Registry, Resource
+
+    resources = []
+    for name in sorted(os.listdir(SCHEMA_DIR)):
+        if name.endswith(".schema.json"):
+            with open(os.path.join(SCHEMA_DIR, name), encoding="utf-8") as handle:
+                schema = json.load(handle)
+            resources.append((schema["$id"], Resource.from_contents(schema)))
+    return Registry().with_resources(resources)
+
+
+def load_schema(name: str) -> dict:
+    with open(os.path.join(SCHEMA_DIR, name), encoding="utf-8") as handle:
+        return json.load(handle)
 
 
 @lru_cache(maxsize=None)
 def _validator(kind: str):
     from jsonschema import Draft202012Validator
 
-    path = os.path.join(SCHEMA_DIR, SCHEMAS[kind])
-    with open(path, encoding="utf-8") as handle:
-        schema = json.load(handle)
+    schema = load_schema(SCHEMAS[kind])
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    return Draft202012Validator(schema, registry=schema_registry())
 
 
 def schema_errors(kind: str, message: Any) -> list[str]:
@@ -87,14 +106,14 @@ def probe_requests():
     loop = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}"
     hello = [{"role": "user", "content": "Hello"}]
     return [
-        ("plain", RenderRequest(loop, hello, bos_token="<s>", eos_token="</s>")),
-        ("raise_exception", RenderRequest("{{ raise_exception('nope') }}", hello)),
-        ("unicode", RenderRequest(loop, [{"role": "user", "content": "h\u00e9 \u4e16\u754c \U0001F600 \u2028 \"q\"\n"}])),
-        ("kwargs", RenderRequest("{{ greeting }} {{ enable_thinking }}", hello,
+        ("plain", RenderRequest.make(loop, hello, bos_token="<s>", eos_token="</s>")),
+        ("raise_exception", RenderRequest.make("{{ raise_exception('nope') }}", hello)),
+        ("unicode", RenderRequest.make(loop, [{"role": "user", "content": "h\u00e9 \u4e16\u754c \U0001F600 \u2028 \"q\"\n"}])),
+        ("kwargs", RenderRequest.make("{{ greeting }} {{ enable_thinking }}", hello,
                                  kwargs={"greeting": "hi", "enable_thinking": False})),
-        ("undefined-bos", RenderRequest("[{{ bos_token }}]{% if bos_token is defined %}defined{% endif %}", hello)),
-        ("strftime_now", RenderRequest("{{ strftime_now('%Y-%m-%d') }}", hello, now="2024-07-04T12:34:56+00:00")),
-        ("generation", RenderRequest(loop + "{% if add_generation_prompt %}<assistant>{% endif %}", hello,
+        ("undefined-bos", RenderRequest.make("[{{ bos_token }}]{% if bos_token is defined %}defined{% endif %}", hello)),
+        ("strftime_now", RenderRequest.make("{{ strftime_now('%Y-%m-%d') }}", hello, now="2024-07-04T12:34:56+00:00")),
+        ("generation", RenderRequest.make(loop + "{% if add_generation_prompt %}<assistant>{% endif %}", hello,
                                      add_generation_prompt=True)),
     ]
 

@@ -8,7 +8,11 @@ from pathlib import Path
 from typing import Iterator
 
 from conformance.corpus.sources import Candidate, PackageSource
-from conformance.corpus.sources._wheel import GENERIC_FORMAT_NAMES, package_dir, wheel_license
+from conformance.corpus.sources._wheel import (
+    GENERIC_FORMAT_NAMES,
+    package_dir,
+    wheel_license,
+)
 
 SOURCE_ID = "axolotl"
 TEMPLATES_DIR = "axolotl/utils/chat_templates/templates"

