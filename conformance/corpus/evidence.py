@@ -107,7 +107,7 @@ class TemplateFacts:
     sha256: str
     normalised: str                    # sha256 of the newline-normalised text
     family: str
-    models: frozenset = frozenset()    # lowercased model names (the part after "org/") that ship it
+    models: frozenset = frozenset()    # lowercased model names (after "org/"), and "slug:org-model" names
     origins: frozenset = frozenset()   # (source id, path) the template was taken from
     shared: Optional[str] = None       # why template equality says nothing about tokens, if it does not
     own_files: list = field(default_factory=list)  # TokenFiles carried by the candidates (imported files)
@@ -115,6 +115,14 @@ class TemplateFacts:
 
 def model_name(alias: str) -> str:
     return alias.rsplit("/", 1)[-1].lower()
+
+
+def names_model(token_file: TokenFile, facts: TemplateFacts) -> bool:
+    """Whether the package names this file after one of the models that ship the template."""
+    if not token_file.model:
+        return False
+    model = token_file.model.lower()
+    return model in facts.models or any(n.startswith("slug:") and n.endswith("-" + model) for n in facts.models)
 
 
 def files_by_template(table: EvidenceTable) -> tuple[dict, dict]:
@@ -224,7 +232,7 @@ def _tiers(facts: TemplateFacts, table: EvidenceTable, exact: dict, normalised: 
         tiers.append(("template", same))
     if close:
         tiers.append(("template-normalised", close))
-    named = [f for f in table.files if f.model and f.model.lower() in facts.models and f.id not in origin_ids]
+    named = [f for f in table.files if names_model(f, facts) and f.id not in origin_ids]
     if named:
         tiers.append(("model", named))
     if facts.family in FORMAT_FAMILIES:
@@ -279,7 +287,7 @@ def decide_field(name: str, tiers: list, notes: list, facts: TemplateFacts, sour
 def _winner(values: dict, facts: TemplateFacts) -> tuple[Optional[str], str]:
     if len(values) == 1:
         return next(iter(values)), "agreed" if sum(len(v) for v in values.values()) > 1 else "single file"
-    named = {v for v, files in values.items() if any(f.model and f.model.lower() in facts.models for f in files)}
+    named = {v for v, files in values.items() if any(names_model(f, facts) for f in files)}
     if len(named) == 1:
         return named.pop(), "the file naming the model"
     votes = Counter({v: len({f.source for f in files}) for v, files in values.items()})

