@@ -394,7 +394,7 @@ def build_corpus(root: Optional[Path] = None, progress=print) -> Corpus:
             former[entry.sha256] = entry.former_ids
     candidates: list[Candidate] = []
     sources = {}
-    for source in all_sources():
+    for source in all_sources(evidence=False):
         found = list(source.extract(source_root(source)))
         progress(f"{source.id}: {len(found)} templates")
         candidates.extend(found)

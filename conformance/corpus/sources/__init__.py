@@ -214,9 +214,15 @@ def source_root(source) -> Path:
     return unpack_archive(fetch_archive(source), source.keep)
 
 
-def all_sources(include_optional: bool = True) -> list:
+def all_sources(include_optional: bool = True, evidence: bool = True) -> list:
+    """Every pinned source: the template sources, then (with `evidence`) the special-token evidence sources
+    that are not template sources too (what `chatgold corpus fetch` downloads)."""
     modules = SOURCE_MODULES + (OPTIONAL_SOURCE_MODULES if include_optional else [])
-    return [importlib.import_module(name).SOURCE for name in modules]
+    found = [importlib.import_module(name).SOURCE for name in modules]
+    if evidence:
+        ids = {source.id for source in found}
+        found += [source for source in evidence_sources() if source.id not in ids]
+    return found
 
 
 def evidence_sources() -> list:
