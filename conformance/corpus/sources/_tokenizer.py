@@ -65,11 +65,13 @@ def template_record(text: str, file: str) -> dict:
             "normalised": hashlib.sha256(normalise_template(data)).hexdigest(), "file": file}
 
 
-def _token_text(value):
+def _token_text(value, path: Path, key: str):
     # AddedToken objects are serialised as {"content": ..., "lstrip": ..., ...}.
     if isinstance(value, dict):
         value = value.get("content")
-    return value if value is None or isinstance(value, str) else None
+    if value is not None and not isinstance(value, str):
+        raise SourceError(f"{path}: {key} is {value!r}, not a token text")
+    return value
 
 
 def _read_json(path: Path) -> dict:
@@ -98,14 +100,14 @@ def read_tokenizer_dir(root: Path, folder: str, source: str, label: str, model: 
     if config is not None:
         for key in FIELDS:
             if key in config:
-                value = config[key] if key.startswith("add_") else _token_text(config[key])
+                value = config[key] if key.startswith("add_") else _token_text(config[key], config_path, key)
                 if key.startswith("add_") and not isinstance(value, bool):
                     raise SourceError(f"{config_path}: {key} is {config[key]!r}, not a boolean")
                 stated[key] = {"value": value, "file": rel("tokenizer_config.json")}
     if tokens_map is not None and (config is None or "added_tokens_decoder" not in config):
         for key in ("bos_token", "eos_token"):
             if key in tokens_map:
-                stated[key] = {"value": _token_text(tokens_map[key]), "file": rel("special_tokens_map.json")}
+                stated[key] = {"value": _token_text(tokens_map[key], map_path, key), "file": rel("special_tokens_map.json")}
     templates: dict = {}
     main = rel("tokenizer_config.json") if config is not None else rel("special_tokens_map.json")
     chat = (config or {}).get("chat_template")
