@@ -330,3 +330,14 @@ def test_a_token_that_is_not_text_names_the_file(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": 7}))
     with pytest.raises(SourceError, match="tokenizer_config.json: eos_token is 7, not a token text"):
         read_tokenizer_dir(tmp_path, "", "s", "m")
+
+
+def test_the_readme_counts_are_the_corpus_counts(corpus):
+    readme = (templates_dir().parent / "README.md").read_text(encoding="utf-8")
+    unknown = [e for e in corpus.entries if e.unknown_tokens()]
+    bos = sum(1 for e in corpus.entries if "bos_token" in e.unknown_tokens())
+    eos = sum(1 for e in corpus.entries if "eos_token" in e.unknown_tokens())
+    depending = [corpus.depends_on_unknown_token(e) for e in corpus.entries]
+    assert f"**{len(unknown)}** (bos {bos}, eos {eos})" in readme
+    assert (f"**{sum(1 for d in depending if d)}** (bos {sum('bos_token' in d for d in depending)}, "
+            f"eos {sum('eos_token' in d for d in depending)})") in readme
