@@ -7,18 +7,17 @@ import pytest
 
 
 def _cached_root(source) -> Path:
-    from conformance.corpus.sources import LocalSource, cache_dir, sha256_file
+    from conformance.corpus.sources import LocalSource, cached_archive
 
     if isinstance(source, LocalSource):
         return source.root()
-    folder = cache_dir() / "sources" / f"{source.package}-{source.version}-{source.dist}"
-    for archive in sorted(folder.glob("*")) if folder.exists() else []:
-        if archive.is_file() and sha256_file(archive) == source.sha256:
-            root = archive.with_name(archive.name + ".d")
-            if root.exists():
-                return root
-    raise RuntimeError(f"{source.package}=={source.version} is not in the cache {folder}: run scripts/setup.sh "
-                       "(tests never download)")
+    archive = cached_archive(source)
+    if archive is not None:
+        root = archive.with_name(archive.name + ".d")
+        if root.exists():
+            return root
+    raise RuntimeError(f"{source.package}=={source.version} is not in the cache {source.cache_folder()}: run "
+                       "scripts/setup.sh (tests never download)")
 
 
 @pytest.fixture(scope="session")

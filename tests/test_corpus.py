@@ -3,7 +3,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import sys
+import sysconfig
+from pathlib import Path
 
 import gguf
 import pytest
@@ -43,19 +47,95 @@ def test_spine_sources_are_all_present(corpus):
     assert command_r.bos_token == "<BOS_TOKEN>" and "GGUF vocab" in command_r.bos_source
 
 
-def test_build_reproduces_the_committed_corpus(tmp_path, monkeypatch, cached_source_root):
-    import conformance.corpus.manifest as corpus_module
+class _OpenedPaths:
+    """Every file the process opens while `active` (a PEP 578 audit hook: hooks cannot be removed, so one is
+    installed once and switched on and off)."""
 
-    # Read sources from the cache only (tests never download).
+    paths: list = []
+    active = False
+    installed = False
+
+    @classmethod
+    def hook(cls, event, args):
+        if cls.active and event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
+            cls.paths.append(os.fsdecode(args[0]))
+
+    @classmethod
+    def start(cls):
+        if not cls.installed:
+            sys.addaudithook(cls.hook)
+            cls.installed = True
+        cls.paths, cls.active = [], True
+
+    @classmethod
+    def stop(cls) -> list:
+        cls.active = False
+        return cls.paths
+
+
+def test_build_reproduces_the_committed_corpus_reading_only_the_repository_and_the_cache(
+        tmp_path, monkeypatch, cached_source_root):
+    import conformance.corpus.manifest as corpus_module
+    from conformance import repo_root
+    from conformance.corpus.evidence import evidence_path
+    from conformance.corpus.sources import cache_dir
+
+    # Read sources from the cache only (tests never download). Nothing is copied in: no family table, no
+    # previous manifest, so ids, families and tokens all come from the sources and the rules.
     monkeypatch.setattr(corpus_module, "source_root", cached_source_root)
     root = tmp_path / "templates"
     root.mkdir()
-    shutil.copy(templates_dir() / "families.json", root / "families.json")
-    build_corpus(root, progress=lambda line: None)
+    _OpenedPaths.start()
+    try:
+        build_corpus(root, progress=lambda line: None)
+    finally:
+        opened = _OpenedPaths.stop()
     assert manifest_path(root).read_bytes() == manifest_path().read_bytes()
+    assert evidence_path(root).read_bytes() == evidence_path(templates_dir()).read_bytes()
     assert (root / "constructs.json").read_bytes() == (templates_dir() / "constructs.json").read_bytes()
     for path in templates_dir().glob("*.jinja"):
         assert (root / path.name).read_bytes() == path.read_bytes(), path.name
+    # Nothing outside the repository, the cache, the scratch folder and the Python installation (imports).
+    allowed = [Path(p).resolve() for p in (repo_root(), cache_dir(), tmp_path, sys.prefix, sys.base_prefix,
+                                           sysconfig.get_paths()["purelib"], sysconfig.get_paths()["stdlib"])]
+    allowed += [Path(p).resolve() for p in sys.path if p and Path(p).is_dir()
+                and not Path(repo_root()).resolve().parent == Path(p).resolve()]
+    outside = sorted({p for p in opened if not p.startswith("/dev/") and not p.startswith("/proc/")
+                      and not any(_under(Path(p), a) for a in allowed)})
+    assert outside == []
+    # The seed template in particular is read from the repository (once beside it, in a shared folder).
+    assert not any("/shared/seeds/" in p for p in opened)
+
+
+def _under(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder)
+        return True
+    except ValueError:
+        return False
+
+
+def test_vendored_seed_matches_its_provenance():
+    from conformance.corpus.sources import seeds
+
+    records = seeds.load_provenance(seeds.VENDORED_DIR)
+    assert set(records) == {"004_1418f49cfc42931e.txt"}
+    record = records["004_1418f49cfc42931e.txt"]
+    raw = (seeds.VENDORED_DIR / "004_1418f49cfc42931e.txt").read_bytes()
+    assert hashlib.sha256(raw).hexdigest() == record["sha256"]
+    assert raw.split(b"\n", 1)[0].decode() == record["document"] == "chat_template.jinja"
+    (candidate,) = seeds.SOURCE.extract(seeds.VENDORED_DIR)
+    assert candidate.sha256 == record["template_sha256"] == load_corpus().get("custom-llama3-seed004").sha256
+
+
+def test_a_tampered_vendored_seed_is_refused(tmp_path):
+    from conformance.corpus.sources import SourceError, seeds
+
+    shutil.copytree(seeds.VENDORED_DIR, tmp_path / "vendored")
+    seed = tmp_path / "vendored" / "004_1418f49cfc42931e.txt"
+    seed.write_bytes(seed.read_bytes() + b" ")
+    with pytest.raises(SourceError, match="004_1418f49cfc42931e.txt: sha256"):
+        list(seeds.SOURCE.extract(tmp_path / "vendored"))
 
 
 def _empty_root(tmp_path):

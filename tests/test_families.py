@@ -15,10 +15,10 @@ import pytest
 
 import conformance.corpus.manifest as corpus_module
 from conformance.corpus import families
-from conformance.corpus.families import detect_family, diff_templates, group_variants, similarity
+from conformance.corpus.families import (detect_family, diff_templates, group_variants, majority_family,
+                                        shared_across_lines, similarity)
 
 CORPUS_ROOT = Path(os.environ.get("CHATGOLD_TEST_CORPUS") or corpus_module.templates_dir())
-FAMILY_TABLE = corpus_module.templates_dir() / "families.json"
 
 
 @pytest.fixture(scope="module")
@@ -86,16 +86,27 @@ def test_aliases_vote_when_the_name_says_nothing():
     assert detect_family("{{ '<|start_header_id|>' }}", "my-model", aliases) == "qwen2.5"
 
 
-def test_family_table_is_well_formed_and_reachable():
-    table = json.loads(FAMILY_TABLE.read_text(encoding="utf-8"))
-    detectable = {f for f, _ in families.NAME_RULES} | {f for f, _ in families.TEXT_RULES}
-    for family, row in table.items():
-        assert family in detectable, f"families.json: {family!r} is never detected"
-        assert set(row) >= {"bos_token", "eos_token", "source"}, family
-        assert all(row[k] is None or (isinstance(row[k], str) and row[k]) for k in ("bos_token", "eos_token"))
-        assert row["source"]
-    assert table["llama3"]["bos_token"] == "<|begin_of_text|>" and table["llama3"]["eos_token"] == "<|eot_id|>"
-    assert table["qwen2.5"]["bos_token"] is None and table["qwen2.5"]["eos_token"] == "<|im_end|>"
+def test_a_strict_majority_of_names_decides_whatever_name_came_first():
+    names = ["nvidia/Nemotron-Content-Safety-Reasoning-4B", "DreamFast/gemma-3-12b-it-heretic",
+             "unsloth/gemma-3-1b-it", "google/gemma-3-4b-it", "VoErik/cypher-gemma"]
+    assert detect_family("", names[0], names) == "nemotron"  # the old rule: its own name first
+    assert majority_family("", names[0], names) == "gemma3"
+    # No strict majority: the old rule decides.
+    assert majority_family("", "x/llama-3-thing", ["x/llama-3-thing", "y/Qwen2.5-7B"]) == "llama3"
+
+
+def test_shared_templates_need_three_lines_without_a_majority():
+    from collections import Counter
+
+    assert shared_across_lines(Counter({"gemma4": 1, "gemma": 1})) is None  # a fine-tune named after its base
+    assert shared_across_lines(Counter({"qwen2.5": 9, "ling": 1, "seed": 1})) is None
+    why = shared_across_lines(Counter({"smollm": 11, "minicpm": 10, "hermes": 9}))
+    assert why and "smollm 11" in why
+
+
+def test_no_family_table_of_remembered_tokens():
+    # Special tokens come from pinned files only (templates/evidence.json); the recalled table is gone.
+    assert not (corpus_module.templates_dir() / "families.json").exists()
 
 
 def test_every_corpus_template_has_a_family(corpus):

@@ -14,7 +14,9 @@ def cmd_corpus_list(args) -> int:
     corpus = load_corpus()
     entries = corpus.select(args.template)
     if args.json:
-        json.dump([e.to_dict() for e in entries], sys.stdout, ensure_ascii=False, indent=1)
+        # Each entry as in the manifest, plus which unknown special tokens its goldens depend on.
+        rows = [{**e.to_dict(), "depends_on_unknown_token": corpus.depends_on_unknown_token(e)} for e in entries]
+        json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
         sys.stdout.write("\n")
         return EXIT_OK
     if args.constructs:
@@ -23,22 +25,36 @@ def cmd_corpus_list(args) -> int:
         construct_table = load_constructs(corpus.root)
     if args.capabilities:
         from conformance.analysis.capabilities import load_capabilities
+    depending = 0
     for entry in entries:
         origin = entry.origins[0]
         where = origin["path"] + (f" [{origin['key']}]" if origin.get("key") else "")
         more = f" (+{len(entry.origins) - 1} more)" if len(entry.origins) > 1 else ""
         print(f"{entry.id}  sha256:{entry.sha256[:12]}  family:{entry.family}  variant:{entry.variant}"
               f"{'  generic' if entry.generic else ''}")
+        if entry.former_ids:
+            print(f"    aliases (former ids): {', '.join(entry.former_ids)}")
         print(f"    from {origin['source']}: {where}{more}")
         print(f"    bos={entry.bos_token!r} ({entry.bos_source})  eos={entry.eos_token!r} ({entry.eos_source})")
+        print(f"    add_bos_token={_flag(entry.add_bos_token)}  add_eos_token={_flag(entry.add_eos_token)}")
+        unknown = corpus.depends_on_unknown_token(entry)
+        if unknown:
+            depending += 1
+            print(f"    goldens depend on an unknown token: {', '.join(unknown)}")
         if args.constructs:
             names = construct_table.get(entry.sha256, ["(not recorded: run `chatgold corpus build`)"])
             print(f"    constructs: {', '.join(names)}")
         if args.capabilities:
             caps = load_capabilities(entry.id)
             print(f"    capabilities: {json.dumps(caps, ensure_ascii=False, sort_keys=True) if caps else 'none recorded'}")
-    print(f"{len(entries)} templates, {len({e.sha256 for e in entries})} unique sha256", file=sys.stderr)
+    unknown_entries = sum(1 for e in entries if e.unknown_tokens())
+    print(f"{len(entries)} templates, {len({e.sha256 for e in entries})} unique sha256; {unknown_entries} with an "
+          f"unknown bos/eos, {depending} whose goldens depend on one", file=sys.stderr)
     return EXIT_OK
+
+
+def _flag(value) -> str:
+    return "unknown" if value is None else str(value).lower()
 
 
 def cmd_corpus_build(args) -> int:
@@ -128,7 +144,7 @@ def cmd_diff(args) -> int:
 def register(sub) -> None:
     corpus = sub.add_parser("corpus", help="the template corpus (templates/)").add_subparsers(
         dest="corpus_command", metavar="ACTION", required=True)
-    p = corpus.add_parser("list", help="list templates with provenance and bos/eos origin")
+    p = corpus.add_parser("list", help="list templates with provenance, aliases, bos/eos evidence and unknown-token dependence")
     p.add_argument("--template", action="append", metavar="GLOB", help="only ids matching GLOB (repeatable)")
     p.add_argument("--json", action="store_true", help="print manifest entries as JSON")
     p.add_argument("--constructs", action="store_true", help="also list each template's Jinja constructs")

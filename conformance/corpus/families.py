@@ -1,8 +1,10 @@
 """Template families: which model line a template belongs to, which templates are variants of one another.
 
-`detect_family` names the family from the template's names (its own, then the model repos that ship it),
-else from the special tokens in its text. The family keys match templates/families.json, which holds each
-family's published BOS/EOS. `group_variants` clusters templates whose normalised text is nearly the same
+`majority_family` names the family by a vote of every name the template goes by (its origins' names, the
+model repos that ship it, the tokenizer files that carry it): a template shared by 38 Gemma-3 fine-tunes is
+a Gemma-3 template whichever repo listed it first. Without a strict majority `detect_family` decides: the
+template's own name, then the most common family among its repos, then the special tokens in its text.
+`group_variants` clusters templates whose normalised text is nearly the same
 (token shingles, Jaccard similarity), within a family and across families, so one sees e.g. every
 fine-tune's copy of the Qwen2.5 template next to the original. `diff_templates` shows two templates' difference.
 """
@@ -140,6 +142,44 @@ def detect_family(text: str, name: str = "", aliases: Iterable[str] = ()) -> str
         rank = {family: i for i, (family, _) in enumerate(NAME_RULES)}
         return min(alias_families, key=lambda f: (-alias_families[f], rank[f]))
     return family_from_text(text) or UNKNOWN
+
+
+def family_votes(names: Iterable[str]) -> Counter:
+    """How many of `names` (model repos, origin names, tokenizer labels) name each family."""
+    return Counter(f for f in (family_from_name(n) for n in names) if f)
+
+
+def _plurality(votes: Counter) -> str:
+    # Ties go to the earlier rule, so the order of NAME_RULES decides, not the order of the names.
+    rank = {family: i for i, (family, _) in enumerate(NAME_RULES)}
+    return min(votes, key=lambda f: (-votes[f], rank[f]))
+
+
+def strict_majority(votes: Counter) -> Optional[str]:
+    """The family more than half of the votes name, if any."""
+    if not votes:
+        return None
+    top = _plurality(votes)
+    return top if votes[top] * 2 > sum(votes.values()) else None
+
+
+def shared_across_lines(votes: Counter) -> Optional[str]:
+    """Why a template is shared across model lines (three or more families vote, none has a majority), else
+    None. Template equality then says nothing about a model's tokens: each line that ships it has its own.
+    Two names that disagree (a fine-tune named after its base and its own line) do not make it shared."""
+    if len(votes) < 3 or strict_majority(votes):
+        return None
+    shown = ", ".join(f"{family} {count}" for family, count in votes.most_common(4))
+    return f"template shared across model lines without a majority ({shown})"
+
+
+def majority_family(text: str, name: str, names: Iterable[str], votes: Optional[Counter] = None,
+                    fallback_names: Optional[Iterable[str]] = None) -> str:
+    """The family a strict majority of `names` (plus extra `votes`) names, else `detect_family` on the
+    template's own name and `fallback_names` (default: `names`)."""
+    names = list(names)
+    tally = family_votes(names) + (votes or Counter())
+    return strict_majority(tally) or detect_family(text, name, names if fallback_names is None else fallback_names)
 
 
 # --- variants ------------------------------------------------------------------------------------------------

