@@ -35,6 +35,17 @@ def runner_names() -> list[str]:
     return sorted(BUILTIN_RUNNERS) + list(EXAMPLE_HARNESSES)
 
 
+def runner_summary(name: str) -> str:
+    """The first line of a runner's own description (its module docstring), without starting it."""
+    if name in EXAMPLE_HARNESSES:
+        from .examples import SCRIPTS
+
+        module = importlib.import_module(f"runners.examples.{SCRIPTS[name][:-3]}")
+    else:
+        module = importlib.import_module(BUILTIN_RUNNERS[name].split(":")[0])
+    return (module.__doc__ or "").strip().splitlines()[0] if module.__doc__ else ""
+
+
 def cost_hint(spec: str) -> float:
     """The runner class's `cost_hint` for a spec, without starting anything."""
     target = BUILTIN_RUNNERS.get(spec)

@@ -45,9 +45,26 @@ def cmd_engines_status(args) -> int:
     return 0
 
 
+def cmd_engines_list(args) -> int:
+    from runners import REFERENCE_RUNNER, runner_names, runner_summary
+
+    rows = [{"name": name, "reference": name == REFERENCE_RUNNER, "about": runner_summary(name)}
+            for name in runner_names()]
+    if args.json:
+        print(json.dumps(rows, indent=1, ensure_ascii=False))
+        return 0
+    for row in rows:
+        print(f"{row['name']:16} {row['about']}")
+    print("command:'<argv>'  any program speaking the harness protocol (runners/protocol/PROTOCOL.md)")
+    return 0
+
+
 def register(subparsers) -> None:
-    engines = subparsers.add_parser("engines", help="engines built from source (llama.cpp)").add_subparsers(
+    engines = subparsers.add_parser("engines", help="the runners, and engines built from source (llama.cpp)").add_subparsers(
         dest="engines_command", metavar="ENGINES_COMMAND", required=True)
+    p = engines.add_parser("list", help="every runner name --runner accepts, with what it is")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_engines_list)
     p = engines.add_parser("build", help="build an engine into ~/.cache/chatgold (or $CHATGOLD_CACHE) if missing")
     p.add_argument("engine", choices=sorted(BUILDABLE))
     p.add_argument("--force", action="store_true", help="rebuild even when a cached build exists")

@@ -1,5 +1,5 @@
-"""Example harnesses: small, faithful reproductions of renderers our users run (docs in /work/shared/seeds),
-each a standalone program speaking the harness protocol, reached through the command runner.
+"""Example harnesses: small, faithful reproductions of renderers our users run (from documents engines in the
+field sent us), each a standalone program speaking the harness protocol, reached through the command runner.
 
 - ferrox: a Rust server's minijinja evaluator, configured exactly as its chat_template.rs describes (seed 000);
 - chatml-builtin: a hand-written ChatML renderer that ignores the template (seed 001);
