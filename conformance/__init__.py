@@ -22,12 +22,12 @@ def _resolved(path: str) -> Path:
 
 
 @lru_cache(maxsize=None)
-def schema_validator(name: str):
+def schema_validator(name: str, formats: bool = False):
     """A validator for one of the project's JSON Schemas (conformance/schemas/ or runners/protocol/), with
-    every other schema registered so that one may $ref another."""
+    every other schema registered so that one may $ref another; `formats` also checks `format` (date-time)."""
     import json
 
-    from jsonschema import Draft202012Validator
+    from jsonschema import Draft202012Validator, FormatChecker
     from referencing import Registry, Resource
 
     from runners.protocol.validate import SCHEMA_DIR
@@ -39,4 +39,4 @@ def schema_validator(name: str):
     registry = Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas.values())
     schema = schemas[name]
     Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema, registry=registry)
+    return Draft202012Validator(schema, registry=registry, format_checker=FormatChecker() if formats else None)

@@ -151,9 +151,14 @@ def test_example_harnesses_conform_to_the_schemas():
     from runners.protocol.validate import validate_harness
     import io
 
-    for name in ("ferrox", "chatml-builtin", "paperkiln"):
+    for name in ("ferrox", "paperkiln"):
         out = io.StringIO()
         assert validate_harness(example_argv(name), out=out), out.getvalue()
+    # chatml-builtin speaks the protocol flawlessly but never reads the template: validation says so.
+    out = io.StringIO()
+    result = validate_harness(example_argv("chatml-builtin"), out=out)
+    assert not result and result.protocol == 2
+    assert "FAIL template-sensitivity" in out.getvalue() and "schema violation" not in out.getvalue()
 
 
 def test_chatml_builtin_matches_with_a_generation_prompt_and_ignores_the_template(hf):

@@ -123,23 +123,64 @@ def test_wire_lines_are_ascii_single_lines():
     assert json.loads(line)["template"] == "a\u2028b\n"
 
 
+MINIMAL = os.path.join(os.path.dirname(os.path.dirname(__file__)), "runners", "examples", "minimal_harness.py")
+
+
 def test_shell_validator_passes_a_conforming_harness_and_fails_a_broken_one():
     out = io.StringIO()
-    assert protocol_validate.validate_harness([sys.executable, BROKEN, "ok"], out=out), out.getvalue()
+    result = protocol_validate.validate_harness([sys.executable, MINIMAL], out=out)
+    assert result and result.protocol == 2 and not result.differences, out.getvalue()
     assert "conforms" in out.getvalue()
     out = io.StringIO()
     assert not protocol_validate.validate_harness([sys.executable, BROKEN, "slowstart"], start_timeout=1, out=out)
     assert "FAIL start" in out.getvalue()
+    # broken.py "ok" answers every render with the template text: well-formed lines, but no template engine.
+    out = io.StringIO()
+    result = protocol_validate.validate_harness([sys.executable, BROKEN, "ok"], out=out)
+    assert not result and result.protocol == 1
+    assert "FAIL data-sensitivity" in out.getvalue() and "FAIL refusal-raise" in out.getvalue()
 
 
 def test_shell_validator_command_line(tmp_path):
     import subprocess
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    result = subprocess.run([sys.executable, "-m", "runners.protocol.validate", "--", sys.executable, BROKEN, "ok"],
-                            cwd=root, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "ok   raise_exception" in result.stdout
+    for command in (["-m", "runners.protocol.validate"], ["-m", "conformance.cli", "harness", "validate"]):
+        result = subprocess.run([sys.executable, *command, "--timeout", "10", "--start-timeout", "30", "--",
+                                 sys.executable, MINIMAL], cwd=root, capture_output=True, text=True, timeout=120)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "ok   refusal-raise" in result.stdout
+
+
+def test_every_probe_expects_what_the_reference_does(hf_renderer):
+    """The probes' expected outcomes are the reference's, so a DIFF or FAIL is never the validator's mistake."""
+    for probe in protocol_validate.probes():
+        outcome = hf_renderer.render(probe.request)
+        if probe.expected[0] == "rendered":
+            assert outcome == Rendered(probe.expected[1]), probe.label
+        else:
+            assert isinstance(outcome, Raised) and str(outcome.refusal) == probe.expected[1], (probe.label, outcome)
+            assert probe.expected[2] in outcome.message
+    for label, request, expected in protocol_validate.sensitivity_probes():
+        assert hf_renderer.render(request) == Rendered(expected), label
+    assert len({hf_renderer.render(r) for r in protocol_validate.batch_probe()}) == 3
+
+
+def test_bindings_on_the_wire_conform_to_the_schemas():
+    from runners.protocol import batch_message
+
+    requests = [RenderRequest.make("{{ messages }}", [{"role": "user", "content": None, "x": 1}]),
+                RenderRequest.make("{{ messages }}", [{"role": "assistant", "content": "a"}], continue_final_message=True),
+                RenderRequest.make("{{ messages }}", [], kwargs={"k": None})]
+    for request in requests:
+        protocol_validate.check("render", render_message(3, request, bindings=True))
+    message = batch_message(3, requests, bindings=True)
+    protocol_validate.check("batch", message)
+    first, tagged, empty = (case["bindings"] for case in message["cases"])
+    assert first["messages"] == [{"role": "user", "x": 1}] and first["tools"] is None
+    assert tagged["refused"]["message"].startswith("ValueError: continue_final_message is set to \"content\"")
+    assert empty["refused"] == {"message": "ValueError: Cannot apply chat template to an empty conversation. "
+                                           "Provide at least one message.", "kind": "render", "before_compile": True}
 
 
 def test_the_worked_exchange_in_protocol_md_conforms():

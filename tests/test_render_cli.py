@@ -83,3 +83,29 @@ def test_invalid_case_file_is_a_clear_error(tmp_path, bad, message):
     proc = _chatgold("render", "--template", "qwen-qwen2.5-7b-instruct", "--case-file", str(case), text=True)
     assert proc.returncode == 2
     assert "bad-case.json" in proc.stderr and message in proc.stderr
+
+
+def test_a_minimal_case_file_needs_only_messages(tmp_path):
+    """`render --case-file` takes a bare conversation: messages, plus what it needs; a naive `now` is UTC."""
+    template = tmp_path / "t.jinja"
+    template.write_text("{{ strftime_now('%d %B %Y %H:%M') }}|{{ tools }}|{{ messages[0].content }}|"
+                        "{{ enable_thinking }}")
+    case = tmp_path / "mine.json"
+    case.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}], "now": "2024-02-29T23:59:00",
+                                "kwargs": {"enable_thinking": False}}))
+    proc = _chatgold("render", "--template-file", str(template), "--case-file", str(case))
+    assert proc.returncode == 0, proc.stderr.decode()
+    assert proc.stdout == b"29 February 2024 23:59|None|hi|False"
+    case.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}], "now": "not a date"}))
+    proc = _chatgold("render", "--template-file", str(template), "--case-file", str(case), text=True)
+    assert proc.returncode == 2 and "mine.json" in proc.stderr and "not a date" in proc.stderr
+    help_text = _chatgold("render", "--help", text=True).stdout
+    assert "only `messages` is required" in " ".join(help_text.split())
+
+
+def test_template_and_case_globs_match_case_insensitively():
+    from conformance.judge.pipeline import Selection
+
+    selection = Selection.load(templates=["Unsloth-Qwen3-8B"], cases=["CHAT-SYS*"])
+    assert [t.id for t in selection.templates] == ["unsloth-qwen3-8b"]
+    assert {c.id for c in selection.cases} == {"chat-system"}

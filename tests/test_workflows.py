@@ -104,3 +104,27 @@ def test_engine_check_fails_a_diverging_engine(tmp_path):
 def test_engine_check_rejects_an_empty_harness(tmp_path):
     done, _ = _engine_check(tmp_path, "  ", "", "")
     assert done.returncode == 2 and "HARNESS_COMMAND" in done.stderr
+
+
+def test_release_vectors_step_writes_the_assets(tmp_path):
+    """The release job's step: the vectors, their sha256 (sha256sum format) and the reference versions."""
+    import gzip
+    import hashlib
+
+    done = subprocess.run([sys.executable, str(ROOT / ".github" / "scripts" / "release_vectors.py"), "--out",
+                           str(tmp_path), "--template", "01-ai-yi-1.5-9b-chat", "--case", "chat-*"], cwd=ROOT,
+                          env={**os.environ, "CHATGOLD_ROOT": str(ROOT), "PYTHONPATH": str(ROOT)},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = (tmp_path / "vectors.jsonl.gz").read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    assert (tmp_path / "vectors.jsonl.gz.sha256").read_text() == f"{digest}  vectors.jsonl.gz\n"
+    reference = json.loads((tmp_path / "vectors.reference.json").read_text())
+    header = json.loads(gzip.decompress(data).split(b"\n")[0])
+    assert reference["sha256"] == digest and reference["reference"] == header["reference"]
+    assert reference["reference"]["transformers"] == "5.24.0" and reference["cells"] == header["cells"] > 0
+    assert digest in (tmp_path / "release-notes.md").read_text()
+    workflow = yaml.safe_load((WORKFLOWS / "release-vectors.yml").read_text())
+    steps = [step.get("run", "") for step in workflow["jobs"]["vectors"]["steps"]]
+    assert any("release_vectors.py --out dist" in run for run in steps)
+    assert any("vectors.jsonl.gz.sha256" in run and "vectors.reference.json" in run for run in steps)

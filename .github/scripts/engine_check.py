@@ -25,6 +25,8 @@ def check_argv(reports: str, environ=os.environ) -> list:
         argv += ["--template", glob]
     for glob in environ.get("CASES", "").split():
         argv += ["--case", glob]
+    if environ.get("EXPECTATIONS_DIR"):  # the engine's own baselines, in its own repository
+        argv += ["--expectations", os.path.abspath(environ["EXPECTATIONS_DIR"])]
     return argv
 
 
@@ -32,8 +34,6 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reports", default="reports", help="directory for the report files")
     args = parser.parse_args(argv)
-    if os.environ.get("EXPECTATIONS_DIR"):
-        os.environ["CHATGOLD_EXPECTATIONS_DIR"] = os.path.abspath(os.environ["EXPECTATIONS_DIR"])
     try:
         check = check_argv(args.reports)
     except SystemExit as exc:

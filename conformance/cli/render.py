@@ -51,7 +51,7 @@ def _case_from_args(args):
         if not path.exists():
             raise UserError(f"unknown case id {args.case!r} (see `chatgold cases list`)")
         return load_case(path)
-    return load_case(Path(args.case_file), check_name=False)
+    return load_case(Path(args.case_file), check_name=False, minimal=True)
 
 
 def cmd_render(args) -> int:
@@ -94,5 +94,9 @@ def register(sub) -> None:
     p.add_argument("--eos", metavar="TEXT", help="eos_token text (overrides the file's)")
     case = p.add_mutually_exclusive_group(required=True)
     case.add_argument("--case", metavar="ID", help="case id")
-    case.add_argument("--case-file", metavar="PATH", help="a case JSON file")
+    case.add_argument("--case-file", metavar="PATH",
+                      help="a JSON file holding one conversation: only `messages` is required; `tools`, `documents`, "
+                           "`add_generation_prompt`, `continue_final_message`, `kwargs` and `now` are optional "
+                           "(runners/protocol/conversation.schema.json; a `now` without an offset is read as UTC); "
+                           "id, description and features are ignored")
     p.set_defaults(func=cmd_render)

@@ -66,7 +66,8 @@ def cmd_export(args) -> int:
     cases = select_cases(load_cases(), args.case)
     if not templates or not cases:
         raise UserError("the selection is empty (no template or no case matches)")
-    header = export_vectors(Path(args.out), templates, cases, progress=progress_printer("export"))
+    header = export_vectors(Path(args.out), templates, cases, progress=progress_printer("export"),
+                            bindings=args.bindings)
     print(f"{args.out}: {header['cells']} cells ({header['templates']} templates x {header['cases']} cases)"
           + (f", {len(header['missing_goldens'])} without golden left out" if header["missing_goldens"] else ""))
     return EXIT_OK
@@ -114,8 +115,13 @@ def register(sub) -> None:
     p.add_argument("--case", action="append", metavar="GLOB", help="case id glob (repeatable; default all)")
     p.set_defaults(func=cmd_remote_check)
 
-    p = sub.add_parser("export", help="write language-neutral test vectors (JSON Lines, docs/vectors.md)")
-    p.add_argument("--out", required=True, metavar="PATH", help="vectors file to write (e.g. vectors.jsonl)")
+    p = sub.add_parser("export", help="write language-neutral test vectors (JSON Lines, docs/vectors.md)",
+                       description="Write the goldens as test vectors (docs/vectors.md). The output is deterministic: "
+                                   "the same goldens give the same bytes, gzip included.")
+    p.add_argument("--out", required=True, metavar="PATH",
+                   help="vectors file to write (vectors.jsonl; vectors.jsonl.gz is gzip-compressed)")
+    p.add_argument("--bindings", action="store_true",
+                   help="give every cell the variables the reference binds for it (runners/protocol/SEMANTICS.md)")
     p.add_argument("--template", action="append", metavar="GLOB", help="template id glob (repeatable)")
     p.add_argument("--case", action="append", metavar="GLOB", help="case id glob (repeatable)")
     p.set_defaults(func=cmd_export)

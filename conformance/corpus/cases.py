@@ -4,7 +4,6 @@ from __future__ import annotations
 import fnmatch
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -48,16 +47,16 @@ class Case:
         return data
 
 
-@lru_cache(maxsize=1)
-def _validator():
-    import jsonschema
+def _validator(minimal: bool = False):
+    from conformance import schema_validator
 
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    return jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    return schema_validator("conversation.schema.json" if minimal else "case.schema.json", formats=True)
 
 
-def case_from_data(data: Any, source: str, expected_id: Optional[str] = None) -> Case:
-    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
+def case_from_data(data: Any, source: str, expected_id: Optional[str] = None, minimal: bool = False) -> Case:
+    """A Case from parsed JSON. `minimal`: only the conversation is required (`messages` and what the render
+    needs; a `now` without an offset is read as UTC); id, description and features are optional."""
+    errors = sorted(_validator(minimal).iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
         where = "/".join(str(p) for p in first.absolute_path) or "(top level)"
@@ -65,11 +64,16 @@ def case_from_data(data: Any, source: str, expected_id: Optional[str] = None) ->
         raise CaseError(f"{source}: invalid case at {where}: {first.message}{more}")
     if expected_id is not None and data["id"] != expected_id:
         raise CaseError(f"{source}: case id {data['id']!r} does not match the file name {expected_id!r}")
-    return Case(id=data["id"], description=data["description"], features=tuple(data["features"]),
-                conversation=Conversation.from_dict(data), sequence=data.get("sequence"), path=source)
+    try:
+        conversation = Conversation.from_dict(data)
+    except ValueError as exc:  # a `now` that is not a date and time
+        raise CaseError(f"{source}: invalid case: {exc}") from None
+    return Case(id=data.get("id") or Path(source).stem, description=data.get("description", ""),
+                features=tuple(data.get("features", ())), conversation=conversation, sequence=data.get("sequence"),
+                path=source)
 
 
-def load_case(path: Path | str, check_name: bool = True) -> Case:
+def load_case(path: Path | str, check_name: bool = True, minimal: bool = False) -> Case:
     path = Path(path)
     try:
         raw = path.read_bytes()
@@ -81,7 +85,7 @@ def load_case(path: Path | str, check_name: bool = True) -> Case:
         raise CaseError(f"{path}: case file is not UTF-8 (byte {exc.start})") from exc
     except json.JSONDecodeError as exc:
         raise CaseError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
-    return case_from_data(data, str(path), path.stem if check_name else None)
+    return case_from_data(data, str(path), path.stem if check_name else None, minimal)
 
 
 def load_cases(directory: Path | str = CASES_DIR) -> list[Case]:
@@ -93,7 +97,7 @@ def select_cases(cases: Iterable[Case], patterns: Optional[list[str]] = None,
                  features: Optional[list[str]] = None) -> list[Case]:
     selected = []
     for case in cases:
-        if patterns and not any(fnmatch.fnmatchcase(case.id, p) for p in patterns):
+        if patterns and not any(fnmatch.fnmatchcase(case.id.lower(), p.lower()) for p in patterns):
             continue
         if features and not set(features) & set(case.features):
             continue

@@ -118,9 +118,11 @@ class Corpus:
     def select(self, patterns: Optional[list[str]] = None) -> list[TemplateEntry]:
         if not patterns:
             return list(self.entries)
+        # Ids are lowercase; a glob matches case-insensitively (`--template 'Qwen-*'`).
+        lowered = [p.lower() for p in patterns]
         return [e for e in self.entries
-                if any(fnmatch.fnmatchcase(e.id, p) for p in patterns)
-                or any(old == p for old in e.former_ids for p in patterns)]
+                if any(fnmatch.fnmatchcase(e.id, p) for p in lowered)
+                or any(old == p for old in e.former_ids for p in lowered)]
 
     def depends_on_unknown_token(self, entry: TemplateEntry) -> list[str]:
         """The special tokens this template reads (bos_token, eos_token) whose value no pinned file states:

@@ -442,7 +442,8 @@ def create_app(state: Optional[State] = None) -> FastAPI:
         entry = st().template(template_id)
         return {**summary_of(entry, True), "source": entry.source()}
 
-    # Absent tools/documents mean "undefined" to a template, unlike null: keep them absent.
+    # A case as its file has it: absent tools/documents stay absent (the reference binds them to none either way,
+    # runners/protocol/SEMANTICS.md R7, R8).
     @app.get("/v1/cases", response_model=CaseList, response_model_exclude_unset=True, tags=["read"])
     def list_cases(case: Optional[list[str]] = Query(None, max_length=50, description="id globs")):
         cases = [c for c in st().cases.values() if not case or any(fnmatch.fnmatchcase(c.id, p) for p in case)]

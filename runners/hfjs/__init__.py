@@ -1,8 +1,11 @@
 """@huggingface/jinja (the engine of transformers.js) in a persistent node process speaking the harness protocol.
 
-The package version is pinned exactly in package.json/package-lock.json beside this file. On first use the
-runner installs it with `npm ci` from those two files into ~/.cache/chatgold/hfjs/<lock hash>/ (a new lock
-gets a new directory); CI pre-installs with `python -m runners.hfjs --install`.
+The harness is runners/examples/harness.mjs, the JavaScript example engine authors start from (its engine,
+runners/examples/hfjs_engine.mjs, renders as transformers.js's apply_chat_template does): the runner and the
+example are one program. The package version is pinned exactly in package.json/package-lock.json beside this
+file. On first use the runner installs it with `npm ci` from those two files into
+~/.cache/chatgold/hfjs/<lock hash>/ (a new lock gets a new directory); CI pre-installs with
+`python -m runners.hfjs --install`.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from ..base import RunnerUnavailable
 from ..command import CommandRunner
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+HARNESS = os.path.join(os.path.dirname(HERE), "examples", "harness.mjs")
 PACKAGE = "@huggingface/jinja"
 HOMEPAGE = "https://github.com/huggingface/huggingface.js/tree/main/packages/jinja"
 # The harness holds at most a few templates; a runaway template hits this heap cap rather than the machine.
@@ -104,7 +108,7 @@ class HFJSRunner(CommandRunner):
         if node is None:
             raise RunnerUnavailable("hfjs needs node on PATH (node >= 18)")
         modules = ensure_installed()
-        env = dict(os.environ, TZ="UTC", CHATGOLD_HFJS_NODE_MODULES=modules)
-        argv = [node, f"--max-old-space-size={NODE_HEAP_MB}", os.path.join(HERE, "harness.mjs")]
+        env = dict(os.environ, TZ="UTC")
+        argv = [node, f"--max-old-space-size={NODE_HEAP_MB}", HARNESS, "--modules", modules]
         super().__init__(argv, name="hfjs", timeout=timeout, workers=workers, env=env, **options)
         self.version = pinned_version()
