@@ -126,6 +126,17 @@ def test_pipeline_gives_every_cell_a_token_verdict_and_the_report_shows_them(ser
     assert tokens["bos"]["added-bos"] == ["codellama-codellama-7b-instruct-hf"]
     assert tokens["template_counts"]["bos_judged"] == 2 and tokens["template_counts"]["bos_unknown"] == 1
     assert tokens["flags"]["codellama-codellama-7b-instruct-hf"] == {"add_bos_token": True, "add_eos_token": False}
+    # shards hold disjoint templates: their merge is the whole
+    from conformance.judge.pipeline import RunnerResults
+    from conformance.report import merge_reports
+
+    shards = [build_report([RunnerResults(results.info, [r for r in results.results if keep(r.template_id)],
+                                          results.expectations)], selection.describe(), selection.metadata())
+              for keep in (lambda t: t.startswith("codellama"), lambda t: not t.startswith("codellama"))]
+    merged = merge_reports(shards)
+    check_report(merged)
+    assert merged["runners"]["llamacpp"]["tokens"] == tokens
+    assert merged["runners"]["llamacpp"]["basic"] == report["runners"]["llamacpp"]["basic"]
     text = markdown(report)
     assert "### Token parity" in text
     assert "| llamacpp | 3 | 2 | 0 | 1 | 0 | 1 |" in text
