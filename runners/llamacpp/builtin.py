@@ -102,14 +102,14 @@ def detect_source(tmpl: str) -> Detection:
         return Detection(tmpl, "the text is the format's name")
     if "<|im_start|>" in tmpl:  # :99-104
         if "<|im_sep|>" in tmpl:
-            return Detection("phi4", "contains <|im_start|> and <|im_sep|>")
+            return Detection("phi4", "contains '<|im_start|>' and '<|im_sep|>'")
         if "<end_of_utterance>" in tmpl:
-            return Detection("smolvlm", "contains <|im_start|> and <end_of_utterance>")
-        return Detection("chatml", "contains <|im_start|>")
+            return Detection("smolvlm", "contains '<|im_start|>' and '<end_of_utterance>'")
+        return Detection("chatml", "contains '<|im_start|>'")
     if tmpl.startswith("mistral") or "[INST]" in tmpl:  # :105-139
-        why = "starts with 'mistral'" if tmpl.startswith("mistral") else "contains [INST]"
+        why = "starts with 'mistral'" if tmpl.startswith("mistral") else "contains '[INST]'"
         if "[SYSTEM_PROMPT]" in tmpl:
-            return Detection("mistral-v7", f"{why} and [SYSTEM_PROMPT]")
+            return Detection("mistral-v7", f"{why} and '[SYSTEM_PROMPT]'")
         if "' [INST] ' + system_message" in tmpl or "[AVAILABLE_TOOLS]" in tmpl:
             if " [INST]" in tmpl:
                 return Detection("mistral-v1", f"{why}, a Mistral v1/v3 marker and ' [INST]'")
@@ -117,11 +117,11 @@ def detect_source(tmpl: str) -> Detection:
                 return Detection("mistral-v3-tekken", f"{why}, a Mistral v1/v3 marker and '\"[INST]\"'")
             return Detection("mistral-v3", f"{why} and a Mistral v1/v3 marker")
         if "content.strip()" in tmpl:
-            return Detection("llama2-sys-strip", f"{why} and content.strip()")
+            return Detection("llama2-sys-strip", f"{why} and 'content.strip()'")
         if "bos_token + '[INST]" in tmpl:
-            return Detection("llama2-sys-bos", f"{why} and bos_token + '[INST]")
+            return Detection("llama2-sys-bos", f"{why} and \"bos_token + '[INST]\"")
         if "<<SYS>>" in tmpl:
-            return Detection("llama2-sys", f"{why} and <<SYS>>")
+            return Detection("llama2-sys", f"{why} and '<<SYS>>'")
         return Detection("llama2", why)
     # :140-238: one family per rule, in this order.
     for name, needles, refine in _RULES:
