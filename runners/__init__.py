@@ -21,6 +21,7 @@ BUILTIN_RUNNERS = {
     "hf": "runners.hf:HFRunner",
     "evaluator": "runners.evaluator.runner:EvaluatorRunner",
     "llamacpp": "runners.llamacpp:LlamaCppRunner",
+    "llamacpp-builtin": "runners.llamacpp:LlamaCppBuiltinRunner",
     "minijinja": "runners.minijinja_runner:MiniJinjaRunner",
     "hfjs": "runners.hfjs:HFJSRunner",
 }

@@ -116,6 +116,10 @@ class RefusalKind(StrEnum):
     RAISE = "raise"       # the template called raise_exception(message)
     RENDER = "render"     # rendering failed on this input (a type error, an undefined value, the caller's check)
     UNKNOWN = "unknown"   # the harness did not say (protocol version 1)
+    # The engine declines the template or the request as a whole, whatever the template would do: a format it
+    # does not recognise, a feature it does not implement (llama.cpp without --jinja). Never matches a
+    # reference refusal, so such a cell is engine-raised (the reference rendered) or raised-differently.
+    UNSUPPORTED = "unsupported"
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,32 @@ def outcome_from_dict(data: dict) -> Outcome:
     return cls(**fields)
 
 
+@dataclass(frozen=True)
+class FeedRequest:
+    """A cell plus what the model's tokenizer says: the input of `Runner.feeds_model_many`."""
+
+    request: RenderRequest
+    add_bos_token: bool
+    add_eos_token: Optional[bool]  # None: the model states nothing (the engine's own default applies)
+    markers: tuple = ()            # texts the vocabulary holds as single special tokens, besides bos/eos
+
+
+@dataclass(frozen=True)
+class Token:
+    id: int
+    piece: bytes     # the token's bytes
+    special: bool    # a special (control) token, as opposed to text
+
+
+@dataclass(frozen=True)
+class Fed:
+    """The token sequence an engine feeds its model for a cell, and the text it tokenized."""
+
+    tokens: tuple    # Token, in order
+    prompt: str
+    kind: str = "fed"
+
+
 class RunnerUnavailable(RuntimeError):
     """The engine cannot be used on this machine (not built, not installed). Says how to fix it."""
 
@@ -207,6 +237,21 @@ class Runner:
         """The engine's own view of a template's capabilities (names as in capability goldens, e.g.
         supports_tools: bool), or None when it cannot say. Raises RunnerUnavailable when the engine is gone."""
         return None
+
+    def template_facts(self) -> dict:
+        """What the engine decided about each template it rendered, keyed by template id (e.g. llama.cpp's
+        built-in format): facts the report shows beside the template. Empty when the engine has none."""
+        return {}
+
+    def reports_tokens(self) -> bool:
+        """Whether feeds_model_many answers (the runner can tell which tokens the engine feeds its model)."""
+        return False
+
+    def feeds_model_many(self, items: Iterable[FeedRequest]) -> Iterator[Union[Fed, Outcome]]:
+        """For each item, in order: the tokens the engine would feed its model (Fed), or the outcome that
+        stopped it (Raised, Errored, Skipped)."""
+        for _ in items:
+            yield Skipped(f"{self.name} cannot tell which tokens it feeds the model")
 
 
 def describe_exit(returncode: Optional[int]) -> str:

@@ -18,6 +18,7 @@ from typing import Optional
 from .base import Outcome, Raised, RefusalKind, Rendered, RenderRequest
 from .command import CommandRunner
 from .harness import python_harness
+from .vocab import byte_level_alphabet
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -127,6 +128,57 @@ class HFRenderer:
         finally:
             _frozen_now.reset(token)
         return Rendered(text)
+
+
+@lru_cache(maxsize=256)
+def token_tokenizer(bos_token: Optional[str], eos_token: Optional[str], markers: tuple, add_bos_token: bool,
+                    add_eos_token: Optional[bool]):
+    """A real transformers tokenizer, built offline, in which every special token is one id: bos, eos and the
+    template's markers as added special tokens; any other text one byte-level token per byte. Its
+    add_bos_token/add_eos_token are the model's (None: not stated, the class default applies)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = byte_level_alphabet()
+    backend = Tokenizer(models.BPE(vocab={char: byte for byte, char in enumerate(alphabet)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    specials = [text for text in (bos_token, eos_token, *markers) if text]
+    backend.add_special_tokens([AddedToken(text, special=True, normalized=False) for text in dict.fromkeys(specials)])
+    options = {}
+    if bos_token is not None:
+        options["bos_token"] = bos_token
+    if eos_token is not None:
+        options["eos_token"] = eos_token
+    flags = {"add_bos_token": add_bos_token}
+    if add_eos_token is not None:
+        flags["add_eos_token"] = add_eos_token
+    try:
+        return PreTrainedTokenizerFast(tokenizer_object=backend, **options, **flags)
+    except Exception:  # noqa: BLE001 - tokenizers' post-processor template cannot hold a token text with ':'
+        # (e.g. "<seed:bos>"): the flags only shape `tokenizer(text)`, which apply_chat_template never uses.
+        return PreTrainedTokenizerFast(tokenizer_object=backend, **options)
+
+
+def reference_feed(text: str, bos_token: Optional[str], eos_token: Optional[str], markers: tuple,
+                   add_bos_token: bool, add_eos_token: Optional[bool]) -> tuple:
+    """The tokens transformers feeds the model for a rendered chat: `apply_chat_template(tokenize=True)` renders,
+    then tokenizes the text with add_special_tokens=False (transformers 5.24.0,
+    tokenization_utils_base.py:3191-3200), so the model's add_bos/add_eos never add a token there: the
+    template's own BOS is the only one. Returns runners.base.Token tuples."""
+    from .base import Token
+
+    tok = token_tokenizer(bos_token, eos_token, tuple(markers), add_bos_token, add_eos_token)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    byte_of = {char: byte for byte, char in enumerate(byte_level_alphabet())}
+    added = {token.content for token in tok.added_tokens_decoder.values()}
+    out = []
+    for token_id, piece in zip(ids, tok.convert_ids_to_tokens(ids)):
+        if piece in added:
+            out.append(Token(token_id, piece.encode("utf-8", "surrogatepass"), True))
+        else:
+            out.append(Token(token_id, bytes(byte_of[char] for char in piece), False))
+    return tuple(out)
 
 
 class HFRunner(CommandRunner):

@@ -1,6 +1,7 @@
 """Shared fixtures: real pinned sources from the cache (fetched by scripts/setup.sh), never downloaded here."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,60 @@ def hf_renderer():
     from runners.hf import HFRenderer
 
     return HFRenderer()
+
+
+# llama.cpp's own cases of its built-in formats (tests/test-chat-template.cpp in the pinned sdist, from the cache)
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0"}
+_LITERAL = re.compile(r'\s*(u8|U8C\()?"')
+
+
+def _c_string(text: str, start: int) -> tuple[str, int]:
+    """The C string literal opening at text[start] (a double quote): (value, index after it)."""
+    out, i = [], start + 1
+    while text[i] != '"':
+        if text[i] == "\\":
+            out.append(_ESCAPES[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out), i + 1
+
+
+def _string_field(block: str, start: int) -> str:
+    """Adjacent literals (plain, u8"...", U8C("...")) from `start`, concatenated as the compiler does."""
+    parts, i = [], start
+    while (match := _LITERAL.match(block, i)) is not None:
+        value, i = _c_string(block, match.end() - 1)
+        parts.append(value)
+        if match.group(1) == "U8C(":
+            i = block.index(")", i) + 1
+    return "".join(parts)
+
+
+def llama_cpp_test_cases(source_file: Path) -> list[dict]:
+    """The TestCase initialisers of main_automated_tests: name, template_str, expected_output, extra turns."""
+    text = source_file.read_text(encoding="utf-8")
+    start = text.index("std::vector<TestCase> test_cases {")
+    body = text[start:text.index("\n    };", start)]
+    cases = []
+    for block in re.split(r"\n        \{\n", body)[1:]:
+        fields: dict = {"extra_conversation": []}
+        for match in re.finditer(r"/\* \.(\w+)=? \*/", block):
+            name = match.group(1)
+            if name == "extra_conversation":
+                pairs = re.findall(r'\{"([^"]*)", ("(?:[^"\\]|\\.)*")\}', block[match.end():])
+                fields[name] = [{"role": role, "content": _c_string(content, 0)[0]} for role, content in pairs]
+            elif name != "supported_with_jinja":
+                fields[name] = _string_field(block, match.end())
+        cases.append(fields)
+    return cases
+
+
+@pytest.fixture(scope="session")
+def llama_cpp_cases(cached_source_root) -> list[dict]:
+    from conformance.corpus.sources.llamacpp import SOURCE
+
+    (base,) = [p for p in cached_source_root(SOURCE).iterdir() if p.is_dir()]
+    return llama_cpp_test_cases(base / "llama.cpp" / "tests" / "test-chat-template.cpp")

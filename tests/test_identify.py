@@ -123,3 +123,27 @@ def test_runner_results_count_every_cell_of_a_gate_report():
                      [{"runner": "minijinja", "template": "t", "case": c, "status": s}
                       for c, s in (("a", "diverged"), ("d", "diverged"), ("e", "engine-raised"))])
     assert runner_results(report) == {"t": {"minijinja": {"cells": 5, "judged": 5, "passed": 2, "conformance": 40.0}}}
+
+def test_builtin_format_and_bos_answer_from_the_report(tmp_path):
+    from conformance.report import write_json
+
+    known = load_corpus().get(KNOWN)
+    path = write_gguf(tmp_path / "model.gguf", known.source())  # SPM vocab without add-bos key: llama.cpp adds
+    tokens = {"counts": {}, "templates": {}, "examples": [],
+              "bos_by_template": {KNOWN: {"match": 1, "duplicated-bos": 2}},
+              "flags": {KNOWN: {"add_bos_token": True, "add_eos_token": False}}}
+    report = _report({"llamacpp-builtin": {"passed": {}, "basic": {"templates": {KNOWN: "wrong"}}, "tokens": tokens},
+                      "llamacpp": {"passed": {}, "tokens": dict(tokens, flags={KNOWN: {"add_bos_token": False,
+                                                                                      "add_eos_token": False}})}},
+                     [])
+    write_json(report, tmp_path / "report.json")
+    text = _identify(str(path), "--report", str(tmp_path / "report.json")).stdout
+    assert "llama.cpp without --jinja: built-in format chatml (contains '<|im_start|>')" in text
+    assert "renders the basic conversations differently from the reference, without an error" in text
+    assert "add_bos_token=true add_eos_token=false (add_bos_token llama.cpp's default for 'llama'/None" in text
+    assert "BOS llamacpp-builtin: duplicated-bos in 2 of 3 cells (report)" in text
+    # the report judged llamacpp with add_bos_token false: not this file's flags
+    assert "BOS llamacpp: the report judged add_bos_token=False, this file has True: use --probe" in text
+    unknown = write_gguf(tmp_path / "plain.gguf", "{% for m in messages %}{{ m.content }}{% endfor %}")
+    text = _identify(str(unknown)).stdout
+    assert "llama.cpp without --jinja: refuses this template" in text

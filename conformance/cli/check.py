@@ -96,7 +96,9 @@ def cmd_expectations_update(args) -> int:
     cells = selection.cells()
     runner = open_runner(args.runner, args)
     try:
-        results = run(runner, cells, expectations_dir=args.expectations, progress=progress_printer(args.runner))
+        # Baselines hold byte statuses only: the token verdict is not asked for.
+        results = run(runner, cells, expectations_dir=args.expectations, progress=progress_printer(args.runner),
+                      tokens=False)
     finally:
         runner.close()
     selected = None if selection.full else {c.key for c in cells}

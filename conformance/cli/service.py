@@ -78,18 +78,25 @@ def cmd_identify(args) -> int:
         describe,
         identify_gguf,
         load_report,
+        probe_bos,
         runner_results,
+        template_views,
     )
+    from runners.gguf_header import read_header
     from conformance.corpus.manifest import load_corpus
 
     report, note = load_report(Path(args.report) if args.report else None)
     results = runner_results(report)
+    views = template_views(report)
     if report is not None and not results:
         note = f"{note}: no per-cell results in it"
     corpus = load_corpus()
     everything, unknown = [], 0
     for path in args.paths:
-        findings = identify_gguf(Path(path), corpus, results)
+        findings = identify_gguf(Path(path), corpus, results, views)
+        if args.probe:
+            for finding, text in zip(findings, read_header(Path(path)).chat_templates().values()):
+                finding.tokens["runners"] = probe_bos(finding, text)
         unknown += sum(1 for f in findings if f.corpus_id is None)
         everything.extend(findings)
         if not args.json:
@@ -130,4 +137,7 @@ def register(sub) -> None:
     p.add_argument("paths", nargs="+", metavar="MODEL.gguf")
     p.add_argument("--report", metavar="PATH", help="JSON report with runner results (default reports/report.json, as `tox -e conformance` writes it)")
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
+    p.add_argument("--probe", action="store_true",
+                   help="ask the real llama-server (with and without --jinja) and transformers whether the BOS "
+                        "reaches the model doubled or missing with this file's template, tokens and flags")
     p.set_defaults(func=cmd_identify)

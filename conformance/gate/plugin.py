@@ -174,7 +174,13 @@ class GateSession:
         return job
 
     def _run_matrix(self, spec: str, runner, cells: list):
-        from conformance.judge.pipeline import GoldenJudge, judge_outcomes, render
+        from conformance.judge.pipeline import (
+            GoldenJudge,
+            add_token_parity,
+            judge_outcomes,
+            render,
+            runner_info,
+        )
 
         with self._slots:
             outcomes = render(runner, cells)
@@ -182,7 +188,12 @@ class GateSession:
         if spec == REFERENCE_RUNNER:
             return by_cell, None
         # Judged on this thread as soon as the engine is done; attribution waits for the report.
-        return by_cell, judge_outcomes(runner.describe(), cells, outcomes, GoldenJudge(self.goldens))
+        judge = GoldenJudge(self.goldens)
+        results = judge_outcomes(runner_info(runner), cells, outcomes, judge)
+        if self.config.getoption("--chatgold-report"):  # token parity is shown by the report, not gated
+            with self._slots:
+                add_token_parity(runner, cells, results, judge)
+        return by_cell, results
 
     def _run_capabilities(self, runner):
         from conformance.analysis.capabilities import compute_capabilities

@@ -211,13 +211,40 @@ def judge_outcomes(info: dict, cells: Sequence[Cell], outcomes: Sequence[Outcome
     return RunnerResults(info, results, expectations)
 
 
+def runner_info(runner, seconds: Optional[float] = None) -> dict:
+    """The runner's description for judged results, with what it decided per template (Runner.template_facts:
+    e.g. llama.cpp's built-in format), which the report shows beside each template. Call after rendering."""
+    info = dict(runner.describe())
+    if seconds is not None:
+        info["seconds"] = round(seconds, 3)
+    facts = runner.template_facts()
+    if facts:
+        info["template_facts"] = facts
+    return info
+
+
+def add_token_parity(runner, cells: Sequence[Cell], results: RunnerResults, judge: Optional[Judge]) -> None:
+    """The second verdict, on tokens (judge/tokens.py), for runners that can tell what they feed their model;
+    it needs local goldens (a GoldenJudge)."""
+    goldens = getattr(judge, "goldens", None)
+    if goldens is not None and runner.reports_tokens():
+        from conformance.judge.tokens import token_parity
+
+        token_parity(runner, cells, results.results, goldens)
+
+
 def run(runner, cells: Sequence[Cell], judge: Optional[Judge] = None, expectations_dir=None,
-        progress: Optional[Callable[[int, int], None]] = None) -> RunnerResults:
-    """Render every cell through an open runner and judge the outcomes."""
+        progress: Optional[Callable[[int, int], None]] = None, tokens: bool = True) -> RunnerResults:
+    """Render every cell through an open runner and judge the outcomes (and, with `tokens`, the tokens the
+    engine feeds its model, where the runner can tell)."""
     started = time.perf_counter()
     outcomes = render(runner, cells, progress)
-    info = dict(runner.describe(), seconds=round(time.perf_counter() - started, 3))
-    return judge_outcomes(info, cells, outcomes, judge, expectations_dir=expectations_dir)
+    info = runner_info(runner, time.perf_counter() - started)
+    judge = judge or GoldenJudge()
+    results = judge_outcomes(info, cells, outcomes, judge, expectations_dir=expectations_dir)
+    if tokens:
+        add_token_parity(runner, cells, results, judge)
+    return results
 
 
 def requests_by_cell(cells: Iterable[Cell]) -> dict:
@@ -240,4 +267,4 @@ def summary_of(results: Iterable[CellResult]) -> dict:
 
 
 __all__ = ["Cell", "Selection", "GoldenJudge", "RunnerResults", "Status", "apply_expectations", "judge_outcomes",
-           "render", "run", "shard_of", "parse_shard", "iter_cells", "summary_of", "requests_by_cell"]
+           "render", "run", "runner_info", "add_token_parity", "shard_of", "parse_shard", "iter_cells", "summary_of", "requests_by_cell"]

@@ -26,6 +26,7 @@ from conformance.judge.status import (
     Verdict,
     figure,
 )
+from conformance.report.templates import finalize_views, merge_views, template_views
 
 REPORT_FORMAT = 2
 MESSAGE_LIMIT = 1000
@@ -72,7 +73,7 @@ def cell_record(result) -> dict:
     record = {"runner": result.runner, "template": result.template_id, "case": result.case_id,
               "status": str(result.status), "verdict": str(result.verdict) if result.verdict else None}
     extra = dict(result.extra)
-    for name in ("fingerprint", "note", "golden_window", "output_window", "attribution", "cause"):
+    for name in ("fingerprint", "note", "golden_window", "output_window", "attribution", "cause", "tokens"):
         if extra.get(name) is not None:
             record[name] = extra[name]
     if result.message:
@@ -143,7 +144,7 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
                 row[key] += tally[key]
     counts = run.counts()
     section = {
-        "runner": run.info,
+        "runner": {k: v for k, v in run.info.items() if k != "template_facts"},
         "counts": counts,
         "verdicts": {v: verdicts.get(v, 0) for v in VERDICTS},
         "expectations": {"file": str(run.expectations.path) if run.expectations.path else None,
@@ -157,6 +158,7 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
         "unexpected_cells": unexpected,
         "records": len(records),
         "passed": {t: sorted(c) for t, c in sorted(passed.items())},
+        **template_views(run),
     }
     return section, records
 
@@ -216,6 +218,7 @@ def finalize(report: Report) -> Report:
                 row["conformance"] = round(100.0 * row["matches"] / row["judged"], 2) if row["judged"] else None
         section["unexpected"] = sum(section["verdicts"].get(str(v), 0) for v in Verdict if v.failing)
         unexpected += section["unexpected"]
+        finalize_views(section)
     report.data["unexpected"] = unexpected
     report.data["cell_records"] = len(report.cells)
     if report.data.get("capability_agreement"):
@@ -261,6 +264,7 @@ def merge_reports(reports: Iterable[Report]) -> Report:
             if overlap:
                 raise ValueError(f"report merge: template {sorted(overlap)[0]} appears in two shards for {name}")
             into["passed"].update(section["passed"])
+            merge_views(into, section)
     for section in merged["runners"].values():
         section["verdicts"] = {v: section["verdicts"].get(v, 0) for v in VERDICTS}
         section["blamed_constructs"] = dict(section["blamed_constructs"].most_common())

@@ -8,6 +8,7 @@ import json
 from html import escape
 
 from conformance.judge.status import Verdict, describe_figure
+from conformance.report import templates
 
 MAX_DRILLDOWN = 300  # non-matching cells shown per runner (unexpected first); the cell records have them all
 UNEXPECTED = (str(Verdict.UNEXPECTED_FAIL), str(Verdict.CHANGED))
@@ -221,6 +222,7 @@ def render_html(report) -> str:
         + _matrix(report, "features", "Conformance by case feature")
         + _matrix(report, "constructs", "Conformance by Jinja construct")
         + _capability_agreement(report)
+        + templates.html_section(report)
         + "<h2>Cells that are not a pass</h2>"
         + "".join(_drilldown(name, s, report.runner_cells(name)) for name, s in report["runners"].items())
         + "</body></html>\n")

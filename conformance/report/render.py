@@ -7,6 +7,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
 from conformance.judge.status import Verdict, describe_figure
+from conformance.report import templates
 
 TOP = 10
 UNEXPECTED = (str(Verdict.UNEXPECTED_FAIL), str(Verdict.CHANGED))
@@ -52,6 +53,7 @@ def terminal(report, show_unexpected: int = 20) -> str:
         if section["unexpected"] > shown:
             lines.append(f"    ... {section['unexpected'] - shown} more unexpected (see the JSON/HTML report)")
     lines.extend(terminal_capability_agreement(report))
+    lines.extend(templates.terminal_lines(report))
     lines.append(f"unexpected outcomes: {report['unexpected']}")
     return "\n".join(lines)
 
@@ -94,6 +96,7 @@ def markdown(report) -> str:
             out.append(f"\n> {note}")
         out.append("\n</details>\n")
     out.extend(markdown_capability_agreement(report))
+    out.extend(templates.markdown_lines(report))
     unexpected = [(name, cell) for name, s in report["runners"].items() for cell in s["unexpected_cells"]]
     if unexpected:
         out.append(f"### {len(unexpected)} unexpected outcome(s)\n")

@@ -126,9 +126,10 @@ class CheckRequest(BaseModel):
     output: Optional[str] = Field(None, max_length=MAX_OUTPUT_CHARS, description="What the engine rendered")
     raised: Optional[str] = Field(None, max_length=MAX_OUTPUT_CHARS,
                                   description="The engine refused to render, with this message")
-    refusal: Optional[Literal["compile", "raise", "render"]] = Field(
+    refusal: Optional[Literal["compile", "raise", "render", "unsupported"]] = Field(
         None, description="Which kind of refusal `raised` is (compile: the template does not compile; raise: it "
-                          "called raise_exception; render: rendering failed). Absent: unknown, and only a "
+                          "called raise_exception; render: rendering failed; unsupported: the engine declines "
+                          "the template or request as a whole, which never matches). Absent: unknown, and only a "
                           "raise_exception message can then match")
 
     @model_validator(mode="after")

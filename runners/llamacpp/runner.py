@@ -3,6 +3,11 @@
 Per template, a tiny GGUF carrying it is written (cached by content) and a llama-server is started on it with
 `--jinja`; each cell is one POST /apply-template (the same code path as /v1/chat/completions). render_many
 groups cells by template so each template costs one server start, and runs `workers` servers at a time.
+LlamaCppBuiltinRunner (runners/llamacpp/builtin_runner.py) is the same server started with `--no-jinja`.
+
+What the server feeds its model (`feeds_model_many`): per cell, /apply-template then /tokenize on a server
+loading the token-parity variant of the template's GGUF (model.TokenVocab: the model's add-bos/add-eos flags,
+the template's markers as control tokens).
 """
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ from typing import Iterable, Iterator, Optional
 
 from ..base import (
     Errored,
+    Fed,
+    FeedRequest,
     Outcome,
     Raised,
     RefusalKind,
@@ -26,11 +33,12 @@ from ..base import (
     Runner,
     RunnerUnavailable,
     Skipped,
+    Token,
 )
 from . import build
 from .allocator import allocator_name
 from .clock import faketime_stamp, find_libfaketime
-from .model import model_for
+from .model import TokenVocab, model_for, vocabulary
 from .server import LlamaServer, ServerFailure, ServerStartFailure
 
 CLOCK_PROBE_TEMPLATE = "{{ strftime_now('%Y-%m-%d %H:%M:%S') }}|{{ date_string }}"
@@ -84,8 +92,13 @@ def refusal_kind(message: str, at_start: bool = False) -> RefusalKind:
     return RefusalKind.RENDER
 
 
-def _group_key(request: RenderRequest) -> tuple:
-    return (request.template, request.bos_token, request.eos_token)
+def _group_key(request: RenderRequest, variant=None) -> tuple:
+    """Cells that one server can render: same template and tokens (and model variant, see _acquire)."""
+    return (request.template, request.bos_token, request.eos_token, variant)
+
+
+# Token types that are text, not special tokens (gguf.TokenType NORMAL=1, BYTE=6).
+_TEXT_TOKEN_TYPES = frozenset({1, 6})
 
 
 class LlamaCppRunner(Runner):
@@ -94,6 +107,8 @@ class LlamaCppRunner(Runner):
     language = "c++"
     homepage = "https://github.com/ggml-org/llama.cpp"
     cost_hint = 10.0  # an HTTP round trip into a server that also builds a tool-call parser per request
+    jinja = True         # --jinja: llama.cpp's Jinja engine renders the template
+    uses_clock = True    # llama.cpp's clock reaches templates (strftime_now, date_string)
 
     def __init__(self, timeout: float = 20.0, workers: int = 2, start_timeout: float = 60.0,
                  build_if_missing: bool = True, binary: Optional[str] = None, freeze_clock: bool = True):
@@ -147,6 +162,8 @@ class LlamaCppRunner(Runner):
                                    "`libfaketime`, or set CHATGOLD_LIBFAKETIME)")
             return
         self._libfaketime = library
+        if not self.uses_clock:
+            return
         probe = RenderRequest.make(template=CLOCK_PROBE_TEMPLATE, messages=[{"role": "user", "content": "x"}],
                               now=CLOCK_PROBE_NOW, template_id="<clock probe>")
         outcome = self._render_uncached(probe)
@@ -165,7 +182,12 @@ class LlamaCppRunner(Runner):
         return self._clock_problem
 
     # -- server pool: idle servers kept per template, at most `workers` idle in total -------------------
-    def _acquire(self, key: tuple, request: RenderRequest) -> LlamaServer:
+    def reads_clock(self, template: str) -> bool:
+        return self.uses_clock and reads_clock(template)
+
+    def _acquire(self, key: tuple, request: RenderRequest, variant=None) -> LlamaServer:
+        """An idle server for `key`, else a new one on the request's template. variant: None (the plain
+        GGUF), a TokenVocab (its token-parity variant) or ("force", NAME) (started with --chat-template NAME)."""
         with self._lock:
             servers = self._idle.get(key)
             while servers:
@@ -177,12 +199,16 @@ class LlamaCppRunner(Runner):
                     return server
                 server.kill()
                 servers = self._idle.get(key)
-        model = model_for(request.template, request.bos_token or None, request.eos_token or None, self.models_dir)
+        tokens = variant if isinstance(variant, TokenVocab) else None
+        extra = ("--chat-template", variant[1]) if isinstance(variant, tuple) and variant[0] == "force" else ()
+        model = model_for(request.template, request.bos_token or None, request.eos_token or None, self.models_dir,
+                          tokens)
         started = time.monotonic()
         # Only a template that can read the clock gets libfaketime: it re-reads its timestamp file on every
         # clock read, which cost llama-server a third of its CPU when every server had it.
-        clock = self._libfaketime if reads_clock(request.template) else None
-        server = LlamaServer(self.binary(), model, clock, start_timeout=self.start_timeout)
+        clock = self._libfaketime if self.reads_clock(request.template) else None
+        server = LlamaServer(self.binary(), model, clock, start_timeout=self.start_timeout, jinja=self.jinja,
+                             extra_args=extra)
         with self._lock:
             self.server_starts += 1
             self.start_seconds += time.monotonic() - started
@@ -242,44 +268,57 @@ class LlamaCppRunner(Runner):
             self.binary()
         except RunnerUnavailable as exc:
             return Errored(str(exc))
-        self._check_clock()
-        if self._clock_problem and reads_clock(request.template):
-            return Skipped(f"llama.cpp reads the clock here but it cannot be frozen: {self._clock_problem}")
-        return self._render_uncached(request)
+        return self._clock_skip(request) or self._render_uncached(request)
 
-    def _render_uncached(self, request: RenderRequest) -> Outcome:
-        key = _group_key(request)
+    def _clock_skip(self, request: RenderRequest) -> Optional[Skipped]:
+        self._check_clock()
+        if self._clock_problem and self.reads_clock(request.template):
+            return Skipped(f"llama.cpp reads the clock here but it cannot be frozen: {self._clock_problem}")
+        return None
+
+    def _render_uncached(self, request: RenderRequest, variant=None) -> Outcome:
+        """One cell: POST /apply-template on a server for the request's template (and model variant)."""
+        outcome, _ = self._exchange(request, variant, tokenize=False)
+        return outcome
+
+    def _exchange(self, request: RenderRequest, variant, tokenize: bool) -> tuple:
+        """(outcome of /apply-template, the /tokenize answer of its prompt or None) on one server."""
+        key = _group_key(request, variant)
         refusal = self._refusals.get(key)
         if refusal is not None:
-            return refusal
+            return refusal, None
         try:
             body = self.request_body(request)
         except _Unsupported as exc:
-            return Skipped(str(exc))
+            return Skipped(str(exc)), None
         try:
-            server = self._acquire(key, request)
+            server = self._acquire(key, request, variant)
         except ServerStartFailure as exc:
             if exc.template_refused:
-                refusal = Raised(str(exc), refusal_kind(str(exc), at_start=True))
+                refusal = Raised(str(exc), self.refusal_kind(str(exc), at_start=True))
                 self._refusals[key] = refusal
-                return refusal
-            return Errored(str(exc), exc.detail, timed_out=exc.timed_out)
+                return refusal, None
+            return Errored(str(exc), exc.detail, timed_out=exc.timed_out), None
         except ServerFailure as exc:
-            return Errored(str(exc), exc.detail, timed_out=exc.timed_out)
+            return Errored(str(exc), exc.detail, timed_out=exc.timed_out), None
         except (OSError, ValueError) as exc:
-            return Errored(f"llamacpp: cannot prepare the model file: {exc}")
+            return Errored(f"llamacpp: cannot prepare the model file: {exc}"), None
         keep = False
+        tokenized = None
         try:
             server.set_now(faketime_stamp(request.now))
             status, data = server.apply_template(body, self.timeout)
+            outcome = self.outcome(status, data)
+            if tokenize and isinstance(outcome, Rendered):
+                tokenized = server.tokenize(outcome.text, self.timeout)
             keep = True
         except ServerFailure as exc:
             with self._lock:
                 self.restarts += 1
-            return Errored(str(exc), exc.detail, timed_out=exc.timed_out)
+            return Errored(str(exc), exc.detail, timed_out=exc.timed_out), None
         finally:
             self._release(key, server, keep)
-        return self.outcome(status, data)
+        return outcome, tokenized
 
     @staticmethod
     def request_body(request: RenderRequest) -> dict:
@@ -301,48 +340,99 @@ class LlamaCppRunner(Runner):
             body["continue_final_message"] = True
         return body
 
-    @staticmethod
-    def outcome(status: int, data) -> Outcome:
+    @classmethod
+    def refusal_kind(cls, message: str, at_start: bool = False) -> RefusalKind:
+        return refusal_kind(message, at_start)
+
+    @classmethod
+    def outcome(cls, status: int, data) -> Outcome:
         if status == 200 and isinstance(data, dict) and isinstance(data.get("prompt"), str):
             return Rendered(data["prompt"])
         error = data.get("error") if isinstance(data, dict) else None
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             # 400 (invalid request) and 500 (template exception) both carry the template's/inputs' refusal.
-            return Raised(error["message"], refusal_kind(error["message"]))
+            return Raised(error["message"], cls.refusal_kind(error["message"]))
         return Errored(f"llama-server: unexpected HTTP {status} answer", repr(data)[:2000])
 
     def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:
         requests = list(requests)
-        if not requests:
+        yield from self._grouped(requests, [_group_key(r) for r in requests], self.render)
+
+    # -- what the server feeds its model ----------------------------------------------------------------
+    def reports_tokens(self) -> bool:
+        return True
+
+    def feeds_model_many(self, items: Iterable[FeedRequest]) -> Iterator:
+        items = list(items)
+        variants = [TokenVocab(i.add_bos_token, i.add_eos_token, tuple(i.markers)) for i in items]
+        keys = [_group_key(i.request, v) for i, v in zip(items, variants)]
+        yield from self._grouped(list(zip(items, variants)), keys, lambda pair: self.feeds_model(*pair))
+
+    def feeds_model(self, item: FeedRequest, variant: Optional[TokenVocab] = None) -> object:
+        """The tokens llama-server feeds its model for one cell (Fed), or the outcome that stopped it: the
+        prompt of /apply-template tokenized by /tokenize as the chat endpoint does, on the token-parity GGUF."""
+        request = item.request
+        variant = variant or TokenVocab(item.add_bos_token, item.add_eos_token, tuple(item.markers))
+        skipped = self._clock_skip(request)
+        if skipped is not None:
+            return skipped
+        outcome, tokenized = self._exchange(request, variant, tokenize=True)
+        if tokenized is None:
+            return outcome
+        status, data = tokenized
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if status != 200 or not isinstance(tokens, list):
+            return Errored(f"llama-server: /tokenize answered HTTP {status}", repr(data)[:2000])
+        _, types = vocabulary(request.bos_token or None, request.eos_token or None, variant)
+        fed = []
+        for token in tokens:
+            piece = token["piece"]
+            piece = piece.encode("utf-8", "surrogatepass") if isinstance(piece, str) else bytes(piece)
+            fed.append(Token(token["id"], piece, int(types[token["id"]]) not in _TEXT_TOKEN_TYPES))
+        return Fed(tuple(fed), outcome.text)
+
+    # -- batches: one server per group of cells, `workers` groups at a time -----------------------------
+    def _group_done(self, key: tuple, item) -> None:
+        """Called once per group, after its last cell, while its server is still idle in the pool."""
+
+    def _grouped(self, items: list, keys: list, work) -> Iterator:
+        """work(item) for every item, grouped by key (one server each), yielded in item order."""
+        if not items:
             return
         try:
             self.binary()
         except RunnerUnavailable as exc:
-            for _ in requests:
+            for _ in items:
                 yield Errored(str(exc))
             return
         self._check_clock()
         groups: "OrderedDict[tuple, list[int]]" = OrderedDict()
-        for index, request in enumerate(requests):
-            groups.setdefault(_group_key(request), []).append(index)
-        results: list = [None] * len(requests)
-        ready = [threading.Event() for _ in requests]
+        for index, key in enumerate(keys):
+            groups.setdefault(key, []).append(index)
+        results: list = [None] * len(items)
+        ready = [threading.Event() for _ in items]
         abort = threading.Event()
 
         def run_group(indices: list) -> None:
+            key = keys[indices[0]]
             try:
                 for index in indices:
                     if abort.is_set():
                         break
                     try:
-                        results[index] = self.render(requests[index])
+                        results[index] = work(items[index])
                     except Exception as exc:  # a runner bug costs one cell, never the run
                         results[index] = Errored(f"llamacpp: {type(exc).__name__}: {exc}")
                     ready[index].set()
+                if not abort.is_set():
+                    try:
+                        self._group_done(key, items[indices[0]])
+                    except Exception as exc:  # a failed closing check costs its fact, never the cells
+                        print(f"{self.name}: closing check failed: {type(exc).__name__}: {exc}")
             finally:
                 # this group's server is done: stop it now rather than keeping it idle
                 with self._lock:
-                    servers = self._idle.pop(_group_key(requests[indices[0]]), [])
+                    servers = self._idle.pop(key, [])
                 for server in servers:
                     server.stop()
                 for index in indices:
@@ -353,7 +443,7 @@ class LlamaCppRunner(Runner):
         with ThreadPoolExecutor(self.workers, thread_name_prefix="llamacpp") as pool:
             futures = [pool.submit(run_group, indices) for indices in groups.values()]
             try:
-                for index in range(len(requests)):
+                for index in range(len(items)):
                     ready[index].wait()
                     yield results[index]
             except BaseException:  # Ctrl-C, SIGTERM or a consumer that stopped early: end in-flight work now

@@ -85,10 +85,12 @@ class ServerStartFailure(ServerFailure):
         self.template_refused = template_refused
 
 
-def server_argv(binary: Path, model: Path) -> list:
+def server_argv(binary: Path, model: Path, jinja: bool = True, extra: tuple = ()) -> list:
     return [
         str(binary), "-m", str(model),
-        "--jinja",                      # the template from the file, no --chat-template-file
+        # --jinja: the template from the file, no --chat-template-file; --no-jinja: llama.cpp's built-in
+        # formats (b11434's default is Jinja, common/common.h:644)
+        "--jinja" if jinja else "--no-jinja", *extra,
         "--host", "127.0.0.1", "--port", "0",
         "-c", "512", "-np", "1", "-b", "64", "-ub", "64",
         "-t", "1", "-tb", "1", "--threads-http", "2",
@@ -108,7 +110,7 @@ def _clean_env(extra: dict) -> dict:
 
 class LlamaServer:
     def __init__(self, binary: Path, model: Path, libfaketime: Optional[Path], start_timeout: float = 60.0,
-                 memory_limit: int = 4 << 30):
+                 memory_limit: int = 4 << 30, jinja: bool = True, extra_args: tuple = ()):
         self.model = model
         self._workdir = tempfile.TemporaryDirectory(prefix="chatgold-llama-")
         self.stamp_file = Path(self._workdir.name) / "faketime"
@@ -124,7 +126,7 @@ class LlamaServer:
         self._log = open(self.log_path, "wb")
         try:
             self.proc = subprocess.Popen(
-                server_argv(binary, model), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                server_argv(binary, model, jinja, extra_args), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 env=_clean_env(extra), cwd=self._workdir.name, start_new_session=True)
         except OSError as exc:
             self._log.close()
@@ -230,6 +232,13 @@ class LlamaServer:
 
     def apply_template(self, body: dict, timeout: float) -> tuple:
         return self.call("POST", "/apply-template", body, timeout)
+
+    def tokenize(self, content: str, timeout: float) -> tuple:
+        """POST /tokenize as the chat endpoint tokenizes its prompt: add_special and parse_special true
+        (tools/server/server-context.cpp:5440-5479; the chat path's tokenize_input_prompts(..., true, true),
+        :4650, calls the same tokenize_mixed)."""
+        return self.call("POST", "/tokenize", {"content": content, "add_special": True, "parse_special": True,
+                                               "with_pieces": True}, timeout)
 
     def stop(self, grace: float = 2.0) -> None:
         if self.connection is not None:
