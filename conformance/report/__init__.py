@@ -128,6 +128,18 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
         if "construct" in attribution:
             blamed[attribution["construct"]] += 1
             blamed_lines[attribution["construct"]][f"{result.template_id}:{attribution['line']}"] += 1
+    explanation = getattr(run, "explanation", None)
+    # Causal attribution: with an explanation, a non-matching cell counts against the constructs of its root
+    # cause only, not against every construct its template uses.
+    blamed_on: dict = defaultdict(lambda: defaultdict(_table_row))  # template -> construct -> failing tally
+    if explanation is not None:
+        cause_constructs = {cause.id: cause.constructs for cause in explanation.causes}
+        for result in run.results:
+            cause = result.extra.get("cause")
+            if cause in cause_constructs:
+                for construct in cause_constructs[cause]:
+                    row = blamed_on[result.template_id][construct]
+                    _bump(row, result.status)
     constructs: dict = defaultdict(_table_row)
     notes = set()
     for template_id, tally in per_template.items():
@@ -139,8 +151,15 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
             if construct.startswith(SKIPPED_CONSTRUCT_FAMILIES):
                 continue
             row = constructs[construct]
-            for key in row:
-                row[key] += tally[key]
+            if explanation is None:
+                for key in row:
+                    row[key] += tally[key]
+                continue
+            failing = blamed_on[template_id].get(construct, _table_row())
+            row["cells"] += tally["cells"]
+            row["judged"] += tally["judged"]
+            row["matches"] += tally["judged"] - failing["judged"]
+            row["diverged"] += failing["diverged"]
     counts = run.counts()
     section = {
         "runner": run.info,
@@ -158,6 +177,12 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
         "records": len(records),
         "passed": {t: sorted(c) for t, c in sorted(passed.items())},
     }
+    if explanation is not None:
+        section["constructs_basis"] = "cause"
+        section["causes"] = [cause.to_dict() for cause in explanation.causes]
+        section["unexplained"] = list(explanation.unexplained)
+        section["stale_causes"] = list(getattr(explanation, "stale", []))
+        section["explain_stats"] = dict(explanation.stats)
     return section, records
 
 
@@ -216,6 +241,14 @@ def finalize(report: Report) -> Report:
                 row["conformance"] = round(100.0 * row["matches"] / row["judged"], 2) if row["judged"] else None
         section["unexpected"] = sum(section["verdicts"].get(str(v), 0) for v in Verdict if v.failing)
         unexpected += section["unexpected"]
+        for cause in section.get("causes", ()):
+            cause["templates"] = len({template for template, _ in cause["cells"]})
+            if fig["judged"]:
+                after = 100.0 * min(fig["judged"], fig["passed"] + len(cause["cells"])) / fig["judged"]
+                cause["conformance_if_fixed"] = round(after, 2)
+                cause["gain"] = round(after - 100.0 * fig["passed"] / fig["judged"], 2)
+        if section.get("causes"):
+            section["causes"].sort(key=lambda c: (-len(c["cells"]), c["id"]))
     report.data["unexpected"] = unexpected
     report.data["cell_records"] = len(report.cells)
     if report.data.get("capability_agreement"):
@@ -255,6 +288,8 @@ def merge_reports(reports: Iterable[Report]) -> Report:
             for construct, lines in section["blamed_lines"].items():
                 into["blamed_lines"].setdefault(construct, Counter()).update(lines)
             into["notes"] = sorted(set(into["notes"]) | set(section["notes"]))
+            if "causes" in section:
+                _merge_causes(into, section)
             into["unexpected_cells"].extend(section["unexpected_cells"])
             into["records"] += section["records"]
             overlap = into["passed"].keys() & section["passed"].keys()
@@ -274,6 +309,26 @@ def merge_reports(reports: Iterable[Report]) -> Report:
         merged["capability_agreement"] = agreement
     cells.sort(key=lambda c: (c["runner"], c["template"], c["case"]))
     return finalize(Report(merged, cells))
+
+
+def _merge_causes(into: dict, section: dict) -> None:
+    """Shards hold disjoint templates: a cause's cells concatenate; its reproducer is the first shard's."""
+    into["constructs_basis"] = section.get("constructs_basis", "cause")
+    causes = {cause["id"]: cause for cause in into.setdefault("causes", [])}
+    for cause in section["causes"]:
+        if cause["id"] in causes:
+            causes[cause["id"]]["cells"] = causes[cause["id"]]["cells"] + cause["cells"]
+            for status, n in cause.get("statuses", {}).items():
+                counts = causes[cause["id"]].setdefault("statuses", {})
+                counts[status] = counts.get(status, 0) + n
+        else:
+            causes[cause["id"]] = dict(cause)
+    into["causes"] = list(causes.values())
+    into.setdefault("unexplained", []).extend(section.get("unexplained", []))
+    stale = {entry["id"]: entry for entry in into.setdefault("stale_causes", [])}
+    for entry in section.get("stale_causes", []):
+        stale.setdefault(entry["id"], entry)
+    into["stale_causes"] = list(stale.values())
 
 
 def check_report(report: Report) -> None:

@@ -1,0 +1,443 @@
+"""Delta debugging of one (template, case) pair down to a minimal pair that still differs in the same way.
+
+A `Reduction` is a coroutine: `run()` yields lists of RenderRequests and is sent back, for each, the pair
+(reference outcome, engine outcome). It never renders anything itself, so one driver can interleave many
+reductions and hand both runners one batch at a time (conformance/explain/driver.py). Every accepted step is
+a real render through both runners whose symptom keeps the original's (signature.Symptom.keeps).
+
+Passes, repeated while they still shrink something (each bounded by the render budget):
+  case        drop messages; drop tools, documents, kwargs; add_generation_prompt and
+              continue_final_message false; drop keys and list items inside every value; shorten strings
+  hint        a reproducer found for a similar template, transplanted (its segments kept, the rest dropped)
+  coverage    render once with a marker at the start of every block arm; drop the arms that ran on neither
+              side (one candidate)
+  hdd         hierarchical delta debugging: ddmin over the nodes of each nesting level, outermost first
+  blocks      a block replaced by one arm's body (tags dropped), an arm dropped, `elif` promoted to `if`
+  expressions an expression inside a tag made one step simpler (a filter dropped, an operand kept, a
+              condition made constant, an argument dropped)
+  text        lines and words dropped from text between tags
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Callable, Generator, Optional, Sequence
+
+from conformance.explain import template as tpl
+from conformance.explain.signature import Symptom, compare
+from runners.base import Conversation, Outcome, RenderRequest
+
+DEFAULT_BUDGET = 1500   # candidate renders (each through both runners) one reduction may spend
+MAX_ROUNDS = 4
+# ddmin stops refining past this many chunks: a long list none of whose parts can go would otherwise cost
+# quadratically many renders.
+MAX_GRANULARITY = 32
+STRING_KEEP = 1          # a string is shortened no further than this many characters (then tried empty)
+
+Pair = tuple  # (reference Outcome, engine Outcome)
+Steps = Generator[list, list, object]
+
+
+class BudgetSpent(Exception):
+    """The reduction used its render budget; what it has is the answer."""
+
+
+@dataclass
+class Found:
+    """A reduction's result: the smallest pair found and its rendered outcomes."""
+
+    request: RenderRequest
+    reference: Outcome
+    engine: Outcome
+    symptom: Symptom
+    renders: int
+    complete: bool           # False when the budget ran out before the passes settled
+    phases: dict = field(default_factory=dict)
+
+    @property
+    def template(self) -> str:
+        return self.request.template
+
+
+@dataclass
+class NotReproduced:
+    reason: str
+    renders: int
+
+
+def conversation_dict(conversation: Conversation) -> dict:
+    return {"messages": conversation.messages, "tools": conversation.tools, "documents": conversation.documents,
+            "add_generation_prompt": conversation.add_generation_prompt,
+            "continue_final_message": conversation.continue_final_message, "kwargs": dict(conversation.kwargs),
+            "now": conversation.now}
+
+
+def _conversation(data: dict) -> Conversation:
+    return Conversation(messages=data["messages"], tools=data["tools"], documents=data["documents"],
+                        add_generation_prompt=data["add_generation_prompt"],
+                        continue_final_message=data["continue_final_message"], kwargs=data["kwargs"],
+                        now=data["now"])
+
+
+def _canonical(data) -> str:
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+class Reduction:
+    """Reduce `request` while the engine keeps differing from the reference as `target` says."""
+
+    def __init__(self, request: RenderRequest, target: Symptom, hints: Sequence[str] = (),
+                 budget: int = DEFAULT_BUDGET, reduce_template: bool = True):
+        self.original = request
+        self.target = target
+        self.hints = list(hints)
+        self.budget = budget
+        self.reduce_template = reduce_template
+        self.renders = 0
+        self.phase = "confirm"
+        self.phase_renders: dict = {}   # pass -> renders it spent (benchmarks report where time goes)
+        self.memo: dict = {}
+        self.best: Optional[tuple] = None   # (request, pair, symptom)
+        self.complete = True
+        # Whether candidates must parse before they are rendered: not when the original does not parse
+        # (the reference's compile error is then the difference being reduced).
+        self.check_parse = tpl.parses(request.template)
+
+    # -- rendering -------------------------------------------------------------------------------------
+    def _request(self, source: str, conversation: dict) -> RenderRequest:
+        return RenderRequest(source, _conversation(conversation), self.original.bos_token, self.original.eos_token,
+                             self.original.template_id, self.original.case_id)
+
+    def _key(self, request: RenderRequest) -> tuple:
+        return (request.template, _canonical(conversation_dict(request.conversation)))
+
+    def render(self, requests: list) -> Steps:
+        """Pairs for these requests: from the memo, or one yield for those not rendered yet."""
+        missing, seen = [], set()
+        for request in requests:
+            key = self._key(request)
+            if key not in self.memo and key not in seen:
+                seen.add(key)
+                missing.append(request)
+        if missing:
+            if self.renders + len(missing) > self.budget:
+                raise BudgetSpent()
+            self.renders += len(missing)
+            self.phase_renders[self.phase] = self.phase_renders.get(self.phase, 0) + len(missing)
+            pairs = yield missing
+            for request, pair in zip(missing, pairs):
+                self.memo[self._key(request)] = pair
+        return [self.memo[self._key(r)] for r in requests]
+
+    def test(self, source: str, conversation: dict) -> Steps:
+        """Whether this candidate still differs as the target does (and remember it as the best if so)."""
+        if self.check_parse and source != self.original.template and not tpl.parses(source):
+            return False
+        request = self._request(source, conversation)
+        (pair,) = yield from self.render([request])
+        symptom = compare(*pair)
+        if symptom is None or not symptom.keeps(self.target):
+            return False
+        self.best = (request, pair, symptom)
+        return True
+
+    # -- the whole reduction ---------------------------------------------------------------------------
+    def run(self) -> Steps:
+        conversation = conversation_dict(self.original.conversation)
+        source = self.original.template
+        if not (yield from self.test(source, conversation)):
+            pair = self.memo.get(self._key(self._request(source, conversation)))
+            got = compare(*pair) if pair else None
+            what = (f"the engine now gives {got.status}" if got is not None else
+                    "one side did not answer (" + "; ".join(f"{o.kind}: {getattr(o, 'message', '')[:200]}"
+                                                             for o in pair if o.kind not in ("rendered", "raised"))
+                    + ")")
+            return NotReproduced(f"rendered again, the cell does not differ as it did: {what}", self.renders)
+        tree = tpl.build_tree(source)
+        try:
+            self.phase = "case"
+            conversation = yield from self.reduce_case(tpl.source_of(tree), conversation)
+            if self.reduce_template:
+                self.phase = "hint"
+                tree = yield from self.apply_hints(tree, conversation)
+            for _ in range(MAX_ROUNDS):
+                before = (tpl.source_of(tree), _canonical(conversation))
+                if self.reduce_template:
+                    for name in ("coverage", "hdd", "blocks", "inline", "expressions", "texts"):
+                        self.phase = name
+                        tree = yield from getattr(self, name)(tree, conversation)
+                    tree = tpl.build_tree(tpl.source_of(tree))  # rebuilt: unwrapped blocks nest anew
+                self.phase = "case"
+                conversation = yield from self.reduce_case(tpl.source_of(tree), conversation)
+                if (tpl.source_of(tree), _canonical(conversation)) == before:
+                    break
+        except BudgetSpent:
+            self.complete = False
+        request, pair, symptom = self.best
+        return Found(request, pair[0], pair[1], symptom, self.renders, self.complete, dict(self.phase_renders))
+
+    # -- generic ddmin ---------------------------------------------------------------------------------
+    def ddmin(self, items: list, test: Callable[[list], Steps]) -> Steps:
+        """A 1-minimal subset of `items` for which test(subset) holds (test(items) is assumed to)."""
+        if not items:
+            return items
+        if (yield from test([])):
+            return []
+        n = 2
+        while len(items) >= 2:
+            size = len(items)
+            chunks = [items[i * size // n:(i + 1) * size // n] for i in range(n)]
+            chunks = [c for c in chunks if c]
+            for chunk in chunks:
+                if len(chunk) < size and (yield from test(chunk)):
+                    items, n = chunk, 2
+                    break
+            else:
+                for index in range(len(chunks)):
+                    rest = [x for i, c in enumerate(chunks) if i != index for x in c]
+                    if len(rest) < size and (yield from test(rest)):
+                        items, n = rest, max(n - 1, 2)
+                        break
+                else:
+                    if n >= size or n >= MAX_GRANULARITY:
+                        break
+                    n = min(size, 2 * n)
+        return items
+
+    # -- case ------------------------------------------------------------------------------------------
+    def reduce_case(self, source: str, conversation: dict) -> Steps:
+        conv = dict(conversation)
+
+        def attempt(candidate: dict) -> Steps:
+            ok = yield from self.test(source, candidate)
+            return ok
+
+        # messages
+        messages = conv["messages"]
+        if isinstance(messages, list) and messages:
+            def keep_messages(indices):
+                return attempt({**conv, "messages": [messages[i] for i in indices]})
+            kept = yield from self.ddmin(list(range(len(messages))), keep_messages)
+            conv["messages"] = [messages[i] for i in kept]
+        for name in ("tools", "documents"):
+            value = conv[name]
+            if value is None:
+                continue
+            if (yield from attempt({**conv, name: None})):
+                conv[name] = None
+                continue
+            if isinstance(value, list) and value:
+                def keep_items(indices, name=name, value=value):
+                    return attempt({**conv, name: [value[i] for i in indices]})
+                kept = yield from self.ddmin(list(range(len(value))), keep_items)
+                conv[name] = [value[i] for i in kept]
+        for flag in ("add_generation_prompt", "continue_final_message"):
+            if conv[flag] and (yield from attempt({**conv, flag: False})):
+                conv[flag] = False
+        if conv["kwargs"]:
+            kwargs = conv["kwargs"]
+            keys = sorted(kwargs)
+
+            def keep_kwargs(chosen):
+                return attempt({**conv, "kwargs": {k: kwargs[k] for k in chosen}})
+            kept = yield from self.ddmin(keys, keep_kwargs)
+            conv["kwargs"] = {k: kwargs[k] for k in kept}
+        # inside values: keys and list items dropped, strings shortened
+        for name in ("messages", "tools", "documents", "kwargs"):
+            if not conv[name]:
+                continue
+
+            def whole(value, name=name):
+                return attempt({**conv, name: value})
+            if name == "messages":
+                # the list itself was reduced above; each message keeps its role
+                for index in range(len(conv["messages"])):
+                    def one(value, index=index):
+                        current = conv["messages"]
+                        return attempt({**conv, "messages": current[:index] + [value] + current[index + 1:]})
+                    reduced = yield from self.reduce_value(conv["messages"][index], one, protect=("role",))
+                    conv["messages"] = conv["messages"][:index] + [reduced] + conv["messages"][index + 1:]
+            else:
+                conv[name] = yield from self.reduce_value(conv[name], whole)
+        return conv
+
+    def reduce_value(self, value, attempt: Callable, protect: tuple = (), depth: int = 0) -> Steps:
+        """A smaller JSON value for which attempt(value) holds: keys dropped, list items dropped, strings cut."""
+        if depth > 8:
+            return value
+        if isinstance(value, dict):
+            current = dict(value)
+            for key in list(current):
+                if key in protect:
+                    continue
+                candidate = {k: v for k, v in current.items() if k != key}
+                if (yield from attempt(candidate)):
+                    current = candidate
+            for key in list(current):
+                def inner(v, key=key):
+                    return attempt({**current, key: v})
+                current[key] = yield from self.reduce_value(current[key], inner, depth=depth + 1)
+            return current
+        if isinstance(value, list):
+            current = list(value)
+            if current:
+                def keep(indices):
+                    return attempt([current[i] for i in indices])
+                kept = yield from self.ddmin(list(range(len(current))), keep)
+                current = [current[i] for i in kept]
+            for index in range(len(current)):
+                def inner(v, index=index):
+                    return attempt(current[:index] + [v] + current[index + 1:])
+                current[index] = yield from self.reduce_value(current[index], inner, depth=depth + 1)
+            return current
+        if isinstance(value, str) and len(value) > STRING_KEEP:
+            current = value
+            for candidate in ("", current[:STRING_KEEP]):
+                if (yield from attempt(candidate)):
+                    return candidate
+            while len(current) > 2 * STRING_KEEP:
+                half = current[:len(current) // 2]
+                if not (yield from attempt(half)):
+                    break
+                current = half
+            return current
+        return value
+
+    # -- template --------------------------------------------------------------------------------------
+    def try_tree(self, tree: tuple, conversation: dict) -> Steps:
+        ok = yield from self.test(tpl.source_of(tree), conversation)
+        return ok
+
+    def apply_hints(self, tree: tuple, conversation: dict) -> Steps:
+        """Reproducers of similar templates, transplanted: keep this tree's segments that appear in one."""
+        for hint in self.hints:
+            wanted = {tpl.match_key(leaf) for leaf in tpl.segments(hint)}
+            candidate = _keep_matching(tree, wanted)
+            if candidate != tree and (yield from self.try_tree(candidate, conversation)):
+                return candidate
+        return tree
+
+    def coverage(self, tree: tuple, conversation: dict) -> Steps:
+        if not any(isinstance(n, tpl.Block) for n in tree):
+            return tree
+        source, arms = tpl.instrumented(tree)
+        if self.check_parse and not tpl.parses(source):
+            return tree
+        (pair,) = yield from self.render([self._request(source, conversation)])
+        ran = set()
+        for outcome in pair:
+            if outcome.kind == "rendered":
+                ran |= tpl.executed_arms(outcome.text, arms)
+        if not any(o.kind == "rendered" for o in pair):
+            return tree
+        candidate = tpl.prune_unexecuted(tree, ran)
+        if candidate != tree and (yield from self.try_tree(candidate, conversation)):
+            return candidate
+        return tree
+
+    def hdd(self, tree: tuple, conversation: dict) -> Steps:
+        depth = 0
+        while True:
+            paths = tpl.paths_at_depth(tree, depth)
+            if not paths:
+                return tree
+            base = tree
+
+            def keep(chosen, base=base, paths=paths):
+                drop = set(paths) - set(chosen)
+                return self.try_tree(tpl.remove_paths(base, drop), conversation)
+            kept = yield from self.ddmin(paths, keep)
+            tree = tpl.remove_paths(base, set(paths) - set(kept))
+            depth += 1
+
+    def blocks(self, tree: tuple, conversation: dict) -> Steps:
+        # Last node first: a change rewrites only that node's subtree and shifts later siblings, which are
+        # done, so the paths still to visit stay valid.
+        for path in reversed(list(tpl.all_paths(tree))):
+            node = tpl.node_at(tree, path)
+            if not isinstance(node, tpl.Block):
+                continue
+            for variant in tpl.block_variants(node):
+                candidate = tpl.replace_at(tree, path, variant)
+                if (yield from self.try_tree(candidate, conversation)):
+                    tree = candidate
+                    break
+        return tree
+
+    def inline(self, tree: tuple, conversation: dict) -> Steps:
+        """Macro calls replaced by the macro's body, one call at a time, while that still reproduces."""
+        changed, inlined = True, False
+        while changed:
+            changed = False
+            for candidate in tpl.inline_variants(tree):
+                if (yield from self.try_tree(candidate, conversation)):
+                    tree, changed, inlined = tpl.build_tree(tpl.source_of(candidate)), True, True
+                    break
+        if inlined:
+            tree = yield from self.hdd(tree, conversation)  # the macro, no longer called, can go
+        return tree
+
+    def expressions(self, tree: tuple, conversation: dict) -> Steps:
+        for path in list(tpl.all_paths(tree)):
+            while True:
+                node = tpl.node_at(tree, path)
+                leaf = node.arms[0].tag if isinstance(node, tpl.Block) else node
+                if leaf.kind not in ("output", "stmt"):
+                    break
+                for variant in tpl.expression_variants(leaf):
+                    if isinstance(node, tpl.Block):
+                        new = (replace(node, arms=(replace(node.arms[0], tag=variant),) + node.arms[1:]),)
+                    else:
+                        new = (variant,)
+                    candidate = tpl.replace_at(tree, path, new)
+                    if (yield from self.try_tree(candidate, conversation)):
+                        tree = candidate
+                        break
+                else:
+                    break
+        return tree
+
+    def texts(self, tree: tuple, conversation: dict) -> Steps:
+        for path in reversed(list(tpl.all_paths(tree))):
+            while True:
+                node = tpl.node_at(tree, path)
+                if not (isinstance(node, tpl.Leaf) and node.kind in ("text", "comment")):
+                    break
+                if node.kind == "comment":
+                    candidate = tpl.replace_at(tree, path, ())
+                    if (yield from self.try_tree(candidate, conversation)):
+                        tree = candidate
+                    break
+                for variant in tpl.text_variants(node):
+                    candidate = tpl.replace_at(tree, path, (variant,))
+                    if (yield from self.try_tree(candidate, conversation)):
+                        tree = candidate
+                        break
+                else:
+                    break
+        return tree
+
+
+def _keep_matching(tree: tuple, wanted: set) -> tuple:
+    """The tree keeping only leaves whose text is in `wanted`, and blocks (with their tags) around them."""
+
+    def walk(nodes_: tuple) -> tuple:
+        out = []
+        for node in nodes_:
+            if isinstance(node, tpl.Leaf):
+                if tpl.match_key(node) in wanted:
+                    out.append(node)
+                continue
+            arms = []
+            for arm in node.arms:
+                body = walk(arm.body)
+                if body or tpl.match_key(arm.tag) in wanted:
+                    arms.append(replace(arm, body=body))
+            if not arms:
+                continue
+            if node.keyword in ("if", "for") and arms[0].tag is not node.arms[0].tag:
+                arms.insert(0, replace(node.arms[0], body=()))
+            out.append(replace(node, arms=tuple(arms)))
+        return tuple(out)
+
+    return walk(tree)

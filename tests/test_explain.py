@@ -1,0 +1,136 @@
+"""chatgold explain: planted bugs are found exactly; reproducers are small and confirmed; the cache answers a
+second run; the pieces (symptoms, template tree, clustering) behave."""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.explain import explain
+from conformance.explain.cache import ExplainCache
+from conformance.explain.signature import Symptom, compare, edits
+from conformance.explain import template as tpl
+from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
+from conformance.judge.status import NON_MATCHING, Status
+from runners import get_runner
+from runners.base import Raised, RefusalKind, Rendered
+
+HARNESS = Path(__file__).parent / "harnesses" / "planted.py"
+BUGS = ("tojson-sorts-keys", "trim-does-nothing", "no-string-test")
+# Each bug shows in these templates, and no cell is hit by two bugs (asserted below, not assumed).
+TEMPLATES = ["qwen-qwen2.5-7b-instruct", "meta-llama-llama-3.1-8b-instruct", "qwen-qwen2-vl-2b"]
+CASES = ["chat-single-user", "chat-system", "chat-whitespace-padded", "chat-multi-turn", "tools-one",
+         "tools-one-system", "tool-call-args-object", "content-parts-image"]
+TITLE_WORDS = {"tojson-sorts-keys": "tojson", "trim-does-nothing": "trim", "no-string-test": "is string"}
+
+
+def planted(*bugs):
+    argv = [sys.executable, str(HARNESS)] + [arg for bug in bugs for arg in ("--bug", bug)]
+    return get_runner("command:" + shlex.join(argv), workers=2, timeout=20)
+
+
+@pytest.fixture(scope="module")
+def selection():
+    return Selection.load(TEMPLATES, CASES)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    runner = get_runner("hf", workers=2)
+    yield runner
+    runner.close()
+
+
+def failing(runner, cells) -> set:
+    results = run(runner, cells, GoldenJudge())
+    assert not [r for r in results.results if not r.passed and r.status not in NON_MATCHING], \
+        "the planted harness must only ever differ, never error or skip"
+    return {r.key for r in results.results if r.status in NON_MATCHING}
+
+
+def explained(runner, reference, cells, cache=None):
+    results = run(runner, cells, GoldenJudge())
+    return results, explain(results, runner, reference, requests_by_cell(cells), cache=cache)
+
+
+def test_planted_bugs_are_found_exactly(selection, reference, tmp_path):
+    cells = selection.cells()
+    alone = {}
+    for bug in BUGS:
+        with planted(bug) as runner:
+            alone[bug] = failing(runner, cells)
+        assert alone[bug], f"{bug} shows in no cell of the selection: the test would prove nothing"
+    for first in BUGS:
+        for second in BUGS:
+            if first < second:
+                assert not alone[first] & alone[second], f"{first} and {second} hit the same cells"
+
+    cache = ExplainCache(tmp_path / "cache")
+    with planted(*BUGS) as runner:
+        results, explanation = explained(runner, reference, cells, cache)
+        assert {r.key for r in results.results if r.status in NON_MATCHING} == set().union(*alone.values())
+        assert explanation.unexplained == []
+        assert len(explanation.causes) == len(BUGS), [c.title for c in explanation.causes]
+        found = {}
+        for cause in explanation.causes:
+            matches = [bug for bug in BUGS if set(cause.cells) == alone[bug]]
+            assert len(matches) == 1, f"{cause.title}: its cells are not exactly one planted bug's"
+            found[matches[0]] = cause
+            assert cause.confirmed
+            repro = cause.repro()
+            assert repro["lines"] <= 3 and repro["messages"] <= 2, repro
+            assert TITLE_WORDS[matches[0]] in cause.title
+        assert set(found) == set(BUGS)
+        # The same bug with two symptoms (the reference renders some cells and refuses others) is one cause.
+        assert found["no-string-test"].statuses.keys() <= {"engine-raised", "raised-differently"}
+
+        # A second run reads every reduction from the cache and finds the same causes.
+        _, again = explained(runner, reference, cells, cache)
+    assert again.stats["reduced"] == 0 and again.stats["cached"] == explanation.stats["groups"]
+    assert [(c.id, sorted(c.cells)) for c in again.causes] == [(c.id, sorted(c.cells)) for c in explanation.causes]
+
+
+def test_no_bug_no_cause(selection, reference):
+    with planted() as runner:
+        results, explanation = explained(runner, reference, selection.cells())
+    assert results.figure()["conformance"] == 100.0
+    assert explanation.causes == [] and explanation.unexplained == []
+
+
+# -- the pieces ---------------------------------------------------------------------------------------------
+
+def test_symptoms_keep_the_same_difference_only():
+    target = compare(Rendered('{"a": 1, "b": "x"}'), Rendered('{"b": "x", "a": 1}'))
+    assert target.status == Status.DIVERGED and target.edits
+    assert compare(Rendered('{"a": 1}'), Rendered('{"a": 1}')).status == Status.MATCH
+    assert not compare(Rendered("x"), Rendered("y")).keeps(target)
+    assert compare(Rendered('{"a": 1, "b": "x"}'), Rendered('{"b": "x", "a": 1}')).keeps(target)
+    raised = compare(Rendered("ok"), Raised("unknown filter: tojson (in chat_template:12)", RefusalKind.RENDER))
+    elsewhere = compare(Rendered("other"), Raised("unknown filter: tojson (in chat_template:3)", RefusalKind.RENDER))
+    assert elsewhere.keeps(raised)  # locations are not part of a refusal's symptom
+    assert not compare(Rendered("x"), Raised("unknown test", RefusalKind.RENDER)).keeps(raised)
+    # Content a reducer shortens does not make the same edit look new; a keyword printed differently stays itself.
+    assert edits("Hello there" + "\n", "Hello there") == edits("Hi\n", "Hi") == frozenset({("\n", "")})
+    assert edits("True", "true") == frozenset({("T", "t")})
+
+
+def test_template_tree_keeps_the_exact_source_and_candidates_parse():
+    source = ("{%- if messages[0].role == 'system' -%}\n  {{- messages[0].content | trim }}\n{%- elif x %}y"
+              "{%- else %}{# c #}z{% endif %}\n{% for m in messages if m.role != 'system' %}{{ m.content }}"
+              "{% else %}none{% endfor %}{% raw %}{{ kept }}{% endraw %}{% generation %}g{% endgeneration %}")
+    tree = tpl.build_tree(source)
+    assert tpl.source_of(tree) == source
+    assert [type(n).__name__ for n in tree][:1] == ["Block"]
+    for path in tpl.all_paths(tree):
+        node = tpl.node_at(tree, path)
+        if isinstance(node, tpl.Block):
+            for variant in tpl.block_variants(node):
+                candidate = tpl.source_of(tpl.replace_at(tree, path, variant))
+                assert tpl.parses(candidate) or "loop" in candidate, candidate
+        else:
+            for leaf in tpl.expression_variants(node):
+                assert tpl.parses(tpl.source_of(tpl.replace_at(tree, path, (leaf,)))), leaf.text
+    instrumented, arms = tpl.instrumented(tree)
+    assert tpl.parses(instrumented) and len(arms) == 6  # if: 3 arms, for: 2, generation: 1
