@@ -16,9 +16,13 @@ into root causes and ranked by what fixing each is worth.
 """
 from __future__ import annotations
 
+import contextlib
 import json
+import shutil
 import statistics
+import tempfile
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
@@ -248,7 +252,9 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
 
     reductions = dict(tasks)
     stats = DriverStats()
-    reduced = drive(list(tasks), reference, engine, parallel=parallel, on_done=on_done, stats=stats, make=make)
+    with _scratch_artefacts(engine, idle=parallel):
+        reduced = drive(list(tasks), reference, engine, parallel=parallel, on_done=on_done, stats=stats,
+                        make=make)
     renders_spent = 0
     phases: dict = {}
     incomplete = 0
@@ -266,7 +272,8 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
 
     causes = _cluster(groups, found, cached_groups)
     confirm_started = time.perf_counter()
-    causes, dropped = _confirm(causes, groups, found, reference, engine, stats)
+    with _scratch_artefacts(engine):
+        causes, dropped = _confirm(causes, groups, found, reference, engine, stats)
     for result, reason in dropped:
         unexplained.append(_unexplained(result, reason))
     figure = results.figure()
@@ -296,6 +303,30 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
         if isinstance(value, int):
             stats_out["engine_" + name] = value
     return Explanation(dict(results.info), reference_info, causes, unexplained, stats_out)
+
+
+@contextlib.contextmanager
+def _scratch_artefacts(engine, idle: int = 0):
+    """Runner settings for rendering candidates. A runner that keeps a file per template it renders (llama.cpp
+    writes a GGUF per template into its models cache) gets a scratch directory: a reduction renders thousands
+    of templates never seen again. A runner that starts a server per template (llama.cpp) keeps `idle` of them
+    running between batches: each reduction renders many conversations through its current template."""
+    saved = getattr(engine, "models_dir", None)
+    saved_idle = getattr(engine, "idle_servers", None)
+    scratch = None
+    if isinstance(saved, Path):
+        scratch = tempfile.mkdtemp(prefix="chatgold-explain-")
+        engine.models_dir = Path(scratch)
+    if isinstance(saved_idle, int):
+        engine.idle_servers = idle
+    try:
+        yield
+    finally:
+        if scratch is not None:
+            engine.models_dir = saved
+            shutil.rmtree(scratch, ignore_errors=True)
+        if isinstance(saved_idle, int):
+            engine.idle_servers = saved_idle
 
 
 def _unexplained(result, reason: str) -> dict:

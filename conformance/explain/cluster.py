@@ -4,7 +4,7 @@ A root cause is identified by its normalised minimal reproducer: the constructs 
 do more than carry data to the point of difference (its culprits), and the kind of difference. Constructs
 are named as the evaluator's inventory names them (runners/evaluator/inventory.py). Carriers (loops,
 conditions, `set`, `namespace()`, subscripts and attributes, `.items()`/`|items`, `range()`, whitespace
-control, literals, variables) are left out of the key, so `{{ x|tojson }}` reached through a loop or a
+control, operators, literals, variables) are left out of the key, so `{{ x|tojson }}` reached through a loop or a
 subscript is one cause, and a difference in how a *value* prints (a null, a float) reached through any of
 them is one cause. The kind of difference:
   - refusals (engine-raised, raised-differently): the engine's normalised refusal, so one bug that makes the
@@ -21,6 +21,7 @@ the corpus are explained: a baseline's known causes stay known across selections
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Iterable, Optional
 
 from conformance.explain.signature import Symptom, normalise_message, normalise_text, raw_edits
@@ -30,7 +31,7 @@ from runners.base import Outcome
 CARRIERS = frozenset({"stmt:for", "stmt:if", "stmt:elif", "stmt:else", "stmt:set", "stmt:set-namespace",
                       "stmt:with", "global:namespace", "global:range", "method:items", "filter:items",
                       "op:subscript", "op:attr", "op:slice", "syntax:comment", "call:other"})
-CARRIER_FAMILIES = ("var:", "literal:", "ws:", "expr:")
+CARRIER_FAMILIES = ("var:", "literal:", "ws:", "expr:", "op:")
 EDIT_LIMIT = 40   # characters of each side of an edit kept in a key
 
 
@@ -96,9 +97,18 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         if cls == "whitespace":
             kind += "|" + _whitespace_direction(pairs)
         elif cls in ("omits", "adds", "text", "case", "quotes"):
-            kind += "|" + "|".join(sorted({f"{normalise_text(d)[:EDIT_LIMIT]}>{normalise_text(i)[:EDIT_LIMIT]}"
-                                          for d, i in pairs}))
+            kind += "|" + "|".join(sorted({f"{shape(d)}>{shape(i)}" for d, i in pairs}))
     return f"{names}#{kind}"
+
+
+_RUN = re.compile(r"[a0](?:[ ,.:;'-]*[a0])*")
+
+
+def shape(text: str) -> str:
+    """An edit's text as a key sees it: normalised (signature.normalise_text), then every run of words and
+    numbers (with the spaces and light punctuation between them) one `…`, so the data a reducer happened to
+    keep does not split one cause in two, while quotes, brackets, markup and keywords stay."""
+    return _RUN.sub("…", normalise_text(text))[:EDIT_LIMIT]
 
 
 def cause_id(key: str) -> str:
@@ -179,13 +189,17 @@ def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engin
 
 
 def _middles(a: str, b: str) -> tuple:
-    """The differing middles of two texts (common prefix and suffix cut)."""
+    """The differing middles of two texts (common prefix and suffix cut back to word boundaries)."""
     start = 0
     while start < min(len(a), len(b)) and a[start] == b[start]:
         start += 1
     end = 0
     while end < min(len(a), len(b)) - start and a[len(a) - 1 - end] == b[len(b) - 1 - end]:
         end += 1
+    while start > 0 and a[start - 1].isalnum():
+        start -= 1
+    while end > 0 and a[len(a) - end].isalnum():
+        end -= 1
     return a[start:len(a) - end], b[start:len(b) - end]
 
 

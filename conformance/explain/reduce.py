@@ -32,6 +32,7 @@ MAX_ROUNDS = 4
 # ddmin stops refining past this many chunks: a long list none of whose parts can go would otherwise cost
 # quadratically many renders.
 MAX_GRANULARITY = 32
+SPECULATE = 8            # candidates of one round of a case ddmin rendered together
 STRING_KEEP = 1          # a string is shortened no further than this many characters (then tried empty)
 
 Pair = tuple  # (reference Outcome, engine Outcome)
@@ -177,10 +178,26 @@ class Reduction:
         return Found(request, pair[0], pair[1], symptom, self.renders, self.complete, dict(self.phase_renders))
 
     # -- generic ddmin ---------------------------------------------------------------------------------
-    def ddmin(self, items: list, test: Callable[[list], Steps]) -> Steps:
-        """A 1-minimal subset of `items` for which test(subset) holds (test(items) is assumed to)."""
+    def prefetch(self, candidates: list) -> Steps:
+        """Render these (source, conversation) candidates in one batch, for tests that follow: candidates of
+        one template cost little more together than one (the template compiles, or its server starts, once)."""
+        requests = [self._request(source, conv) for source, conv in candidates
+                    if not (self.check_parse and source != self.original.template and not tpl.parses(source))]
+        requests = [r for r in requests if self._key(r) not in self.memo]
+        if requests and self.renders + len(requests) <= self.budget:
+            yield from self.render(requests)
+
+    def ddmin(self, items: list, build: Callable[[list], tuple], speculate: bool = False) -> Steps:
+        """A 1-minimal subset of `items` for which the candidate build(subset) -> (source, conversation) still
+        differs as the target does (build(items) is assumed to). `speculate`: render each round's candidates
+        in one batch (for candidates that share a template)."""
+        def test(subset):
+            return self.test(*build(subset))
+
         if not items:
             return items
+        if speculate:
+            yield from self.prefetch([build([])] + [build(items[:len(items) // 2]), build(items[len(items) // 2:])])
         if (yield from test([])):
             return []
         n = 2
@@ -188,13 +205,15 @@ class Reduction:
             size = len(items)
             chunks = [items[i * size // n:(i + 1) * size // n] for i in range(n)]
             chunks = [c for c in chunks if c]
+            rests = [[x for i, c in enumerate(chunks) if i != index for x in c] for index in range(len(chunks))]
+            if speculate:
+                yield from self.prefetch([build(c) for c in chunks + rests if len(c) < size][:SPECULATE])
             for chunk in chunks:
                 if len(chunk) < size and (yield from test(chunk)):
                     items, n = chunk, 2
                     break
             else:
-                for index in range(len(chunks)):
-                    rest = [x for i, c in enumerate(chunks) if i != index for x in c]
+                for rest in rests:
                     if len(rest) < size and (yield from test(rest)):
                         items, n = rest, max(n - 1, 2)
                         break
@@ -208,96 +227,83 @@ class Reduction:
     def reduce_case(self, source: str, conversation: dict) -> Steps:
         conv = dict(conversation)
 
-        def attempt(candidate: dict) -> Steps:
-            ok = yield from self.test(source, candidate)
-            return ok
+        def with_(**fields):
+            return (source, {**conv, **fields})
 
-        # messages
         messages = conv["messages"]
         if isinstance(messages, list) and messages:
-            def keep_messages(indices):
-                return attempt({**conv, "messages": [messages[i] for i in indices]})
-            kept = yield from self.ddmin(list(range(len(messages))), keep_messages)
+            kept = yield from self.ddmin(list(range(len(messages))),
+                                         lambda idx: with_(messages=[messages[i] for i in idx]), speculate=True)
             conv["messages"] = [messages[i] for i in kept]
         for name in ("tools", "documents"):
             value = conv[name]
             if value is None:
                 continue
-            if (yield from attempt({**conv, name: None})):
+            if (yield from self.test(*with_(**{name: None}))):
                 conv[name] = None
                 continue
             if isinstance(value, list) and value:
-                def keep_items(indices, name=name, value=value):
-                    return attempt({**conv, name: [value[i] for i in indices]})
-                kept = yield from self.ddmin(list(range(len(value))), keep_items)
+                kept = yield from self.ddmin(list(range(len(value))),
+                                             lambda idx, name=name, value=value: with_(**{name: [value[i] for i in idx]}),
+                                             speculate=True)
                 conv[name] = [value[i] for i in kept]
         for flag in ("add_generation_prompt", "continue_final_message"):
-            if conv[flag] and (yield from attempt({**conv, flag: False})):
+            if conv[flag] and (yield from self.test(*with_(**{flag: False}))):
                 conv[flag] = False
         if conv["kwargs"]:
             kwargs = conv["kwargs"]
-            keys = sorted(kwargs)
-
-            def keep_kwargs(chosen):
-                return attempt({**conv, "kwargs": {k: kwargs[k] for k in chosen}})
-            kept = yield from self.ddmin(keys, keep_kwargs)
+            kept = yield from self.ddmin(sorted(kwargs), lambda keys: with_(kwargs={k: kwargs[k] for k in keys}),
+                                         speculate=True)
             conv["kwargs"] = {k: kwargs[k] for k in kept}
-        # inside values: keys and list items dropped, strings shortened
-        for name in ("messages", "tools", "documents", "kwargs"):
-            if not conv[name]:
-                continue
-
-            def whole(value, name=name):
-                return attempt({**conv, name: value})
-            if name == "messages":
-                # the list itself was reduced above; each message keeps its role
-                for index in range(len(conv["messages"])):
-                    def one(value, index=index):
-                        current = conv["messages"]
-                        return attempt({**conv, "messages": current[:index] + [value] + current[index + 1:]})
-                    reduced = yield from self.reduce_value(conv["messages"][index], one, protect=("role",))
-                    conv["messages"] = conv["messages"][:index] + [reduced] + conv["messages"][index + 1:]
-            else:
-                conv[name] = yield from self.reduce_value(conv[name], whole)
+        # inside values: keys and list items dropped, strings cut
+        for index in range(len(conv["messages"])):
+            def one(value, index=index):
+                current = conv["messages"]
+                return with_(messages=current[:index] + [value] + current[index + 1:])
+            reduced = yield from self.reduce_value(conv["messages"][index], one, protect=("role",))
+            conv["messages"] = conv["messages"][:index] + [reduced] + conv["messages"][index + 1:]
+        for name in ("tools", "documents", "kwargs"):
+            if conv[name]:
+                conv[name] = yield from self.reduce_value(conv[name], lambda value, name=name: with_(**{name: value}))
         return conv
 
-    def reduce_value(self, value, attempt: Callable, protect: tuple = (), depth: int = 0) -> Steps:
-        """A smaller JSON value for which attempt(value) holds: keys dropped, list items dropped, strings cut."""
+    def reduce_value(self, value, wrap: Callable, protect: tuple = (), depth: int = 0) -> Steps:
+        """A smaller JSON value whose candidate wrap(value) -> (source, conversation) still differs as the target
+        does: keys dropped, list items dropped, strings cut."""
         if depth > 8:
             return value
         if isinstance(value, dict):
-            current = dict(value)
+            keys = [k for k in value if k not in protect]
+
+            def keep_keys(chosen, value=value):
+                return wrap({k: v for k, v in value.items() if k in protect or k in chosen})
+            kept = yield from self.ddmin(keys, keep_keys, speculate=True)
+            current = {k: v for k, v in value.items() if k in protect or k in kept}
             for key in list(current):
-                if key in protect:
-                    continue
-                candidate = {k: v for k, v in current.items() if k != key}
-                if (yield from attempt(candidate)):
-                    current = candidate
-            for key in list(current):
-                def inner(v, key=key):
-                    return attempt({**current, key: v})
-                current[key] = yield from self.reduce_value(current[key], inner, depth=depth + 1)
+                current[key] = yield from self.reduce_value(current[key], lambda v, key=key: wrap({**current, key: v}),
+                                                            depth=depth + 1)
             return current
         if isinstance(value, list):
             current = list(value)
             if current:
-                def keep(indices):
-                    return attempt([current[i] for i in indices])
-                kept = yield from self.ddmin(list(range(len(current))), keep)
+                kept = yield from self.ddmin(list(range(len(current))),
+                                             lambda idx: wrap([current[i] for i in idx]), speculate=True)
                 current = [current[i] for i in kept]
             for index in range(len(current)):
-                def inner(v, index=index):
-                    return attempt(current[:index] + [v] + current[index + 1:])
-                current[index] = yield from self.reduce_value(current[index], inner, depth=depth + 1)
+                current[index] = yield from self.reduce_value(
+                    current[index], lambda v, index=index: wrap(current[:index] + [v] + current[index + 1:]),
+                    depth=depth + 1)
             return current
         if isinstance(value, str) and len(value) > STRING_KEEP:
             current = value
-            for candidate in ("", current[:STRING_KEEP]):
-                if (yield from attempt(candidate)):
+            candidates = ["", current[:STRING_KEEP], current[:len(current) // 2]]
+            yield from self.prefetch([wrap(c) for c in candidates])
+            for candidate in candidates[:2]:
+                if (yield from self.test(*wrap(candidate))):
                     return candidate
             while len(current) > 2 * STRING_KEEP:
                 half = current[:len(current) // 2]
-                if not (yield from attempt(half)):
+                if not (yield from self.test(*wrap(half))):
                     break
                 current = half
             return current
@@ -343,10 +349,9 @@ class Reduction:
                 return tree
             base = tree
 
-            def keep(chosen, base=base, paths=paths):
-                drop = set(paths) - set(chosen)
-                return self.try_tree(tpl.remove_paths(base, drop), conversation)
-            kept = yield from self.ddmin(paths, keep)
+            def build(chosen, base=base, paths=paths):
+                return tpl.source_of(tpl.remove_paths(base, set(paths) - set(chosen))), conversation
+            kept = yield from self.ddmin(paths, build)
             tree = tpl.remove_paths(base, set(paths) - set(kept))
             depth += 1
 

@@ -121,14 +121,13 @@ class Expectations:
         return Expectation(status, None, known.reason or known.title, known.link, cause_id)
 
     def reason_for(self, template_id: str, case_id: str, status: str) -> tuple[str, str]:
-        if status in self.status_reasons:
-            return self.status_reasons[status], ""
+        """The reason of a cell without a known cause: the first matching rule, else the status's reason."""
         for rule in self.rules:
             if (fnmatch.fnmatchcase(template_id, rule.get("template", "*"))
                     and fnmatch.fnmatchcase(case_id, rule.get("case", "*"))
                     and fnmatch.fnmatchcase(status, rule.get("status", "*"))):
                 return rule.get("reason", ""), rule.get("link", "")
-        return "", ""
+        return self.status_reasons.get(status, ""), ""
 
     def __len__(self) -> int:
         return sum(len(cases) for cases in self.cells.values())

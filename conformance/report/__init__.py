@@ -28,6 +28,7 @@ from conformance.judge.status import (
 )
 
 REPORT_FORMAT = 2
+EXPLAINED_STATUSES = ("diverged", "raised-differently", "engine-raised", "engine-rendered")
 MESSAGE_LIMIT = 1000
 OUTPUT_LIMIT = 2000   # rendered outputs of engine-rendered cells kept in a record
 CELLS_SUFFIX = ".cells.jsonl.gz"
@@ -357,6 +358,16 @@ def check_report(report: Report) -> None:
         for status, n in section["counts"].items():
             if status not in PASSING and found.get(status, 0) != n:
                 raise ValueError(f"{name}: {found.get(status, 0)} {status} records for {n} {status} cells")
+        if "causes" in section:
+            # every non-matching cell under exactly one cause or unexplained
+            placed = Counter((t, c) for cause in section["causes"] for t, c in cause["cells"])
+            placed.update((u["template"], u["case"]) for u in section.get("unexplained", []))
+            wanted = {(r["template"], r["case"]) for r in records if r["status"] in EXPLAINED_STATUSES}
+            twice = [cell for cell, n in placed.items() if n > 1]
+            if twice or set(placed) != wanted:
+                raise ValueError(f"{name}: causes and unexplained cells do not cover each non-matching cell once "
+                                 f"({len(twice)} placed twice, {len(wanted - set(placed))} missing, "
+                                 f"{len(set(placed) - wanted)} not non-matching)")
 
 
 def cells_path(json_path) -> Path:
