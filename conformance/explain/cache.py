@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 # Bump when reductions change in a way that makes old entries wrong or worse.
-REDUCER_VERSION = 1
+REDUCER_VERSION = 3
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks
 

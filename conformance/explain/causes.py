@@ -37,7 +37,7 @@ from conformance.judge.status import NON_MATCHING, Status
 from runners.base import Conversation, Raised, RefusalKind, Rendered, RenderRequest, outcome_from_dict
 
 EXPLAIN_FORMAT = 1
-HINTS = 3
+HINTS = 4
 
 
 def engine_outcome(result):
@@ -245,7 +245,9 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
         if progress:
             progress(done_count[0], total)
         if isinstance(outcome, Found):
-            finished.append((group_key[0], family_of.get(group_key[0]), outcome.symptom.status, outcome.template))
+            if outcome.complete:  # a budget-limited result is no template to settle on
+                finished.append((group_key[0], family_of.get(group_key[0]), outcome.symptom.status,
+                                 outcome.template))
             cache_key = reductions[group_key].cache_key
             if use_cache and cache_key:
                 cache.put(cache_key, _found_to_dict(outcome))

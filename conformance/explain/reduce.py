@@ -25,6 +25,7 @@ from typing import Callable, Generator, Optional, Sequence
 
 from conformance.explain import template as tpl
 from conformance.explain.signature import Symptom, compare
+from conformance.judge.status import Status
 from runners.base import Conversation, Outcome, RenderRequest
 
 DEFAULT_BUDGET = 1500   # candidate renders (each through both runners) one reduction may spend
@@ -158,19 +159,33 @@ class Reduction:
         try:
             self.phase = "case"
             conversation = yield from self.reduce_case(tpl.source_of(tree), conversation)
+            settled = False
             if self.reduce_template:
                 self.phase = "hint"
-                tree = yield from self.apply_hints(tree, conversation)
-            for _ in range(MAX_ROUNDS):
-                before = (tpl.source_of(tree), _canonical(conversation))
-                if self.reduce_template:
-                    for name in ("coverage", "hdd", "blocks", "inline", "expressions", "texts"):
-                        self.phase = name
-                        tree = yield from getattr(self, name)(tree, conversation)
-                    tree = tpl.build_tree(tpl.source_of(tree))  # rebuilt: unwrapped blocks nest anew
+                tree, settled = yield from self.apply_hints(tree, conversation)
+            if settled:
+                # The transplanted hint is, text for text, another reduction's final template (1-minimal there):
+                # only the case is left to shrink.
                 self.phase = "case"
                 conversation = yield from self.reduce_case(tpl.source_of(tree), conversation)
-                if (tpl.source_of(tree), _canonical(conversation)) == before:
+            for _ in range(0 if settled else MAX_ROUNDS):
+                before = _canonical(conversation)
+                if self.reduce_template:
+                    for name in ("coverage", "relevance", "hdd", "blocks", "inline", "expressions", "texts"):
+                        self.phase = name
+                        if name == "blocks":
+                            pruned = tpl.source_of(tree)
+                        tree = yield from getattr(self, name)(tree, conversation)
+                    tree = tpl.build_tree(tpl.source_of(tree))  # rebuilt: unwrapped blocks nest anew
+                    if tpl.source_of(tree) != pruned:
+                        # what the later passes changed may let more nodes go
+                        self.phase = "hdd"
+                        tree = yield from self.hdd(tree, conversation)
+                self.phase = "case"
+                conversation = yield from self.reduce_case(tpl.source_of(tree), conversation)
+                # Another round of template passes only when the case shrank (every candidate of a round
+                # costs a template compile, or a llama-server start).
+                if _canonical(conversation) == before:
                     break
         except BudgetSpent:
             self.complete = False
@@ -315,13 +330,14 @@ class Reduction:
         return ok
 
     def apply_hints(self, tree: tuple, conversation: dict) -> Steps:
-        """Reproducers of similar templates, transplanted: keep this tree's segments that appear in one."""
+        """Reproducers of similar templates, transplanted: keep this tree's segments that appear in one.
+        Returns (tree, whether the tree kept is exactly that reproducer's template)."""
         for hint in self.hints:
             wanted = {tpl.match_key(leaf) for leaf in tpl.segments(hint)}
             candidate = _keep_matching(tree, wanted)
             if candidate != tree and (yield from self.try_tree(candidate, conversation)):
-                return candidate
-        return tree
+                return candidate, tpl.source_of(candidate) == hint
+        return tree, False
 
     def coverage(self, tree: tuple, conversation: dict) -> Steps:
         if not any(isinstance(n, tpl.Block) for n in tree):
@@ -339,6 +355,33 @@ class Reduction:
         candidate = tpl.prune_unexecuted(tree, ran)
         if candidate != tree and (yield from self.try_tree(candidate, conversation)):
             return candidate
+        return tree
+
+    def relevance(self, tree: tuple, conversation: dict) -> Steps:
+        """For different bytes: render once with every output tag wrapped in markers, then drop the outputs
+        that printed the same on both sides (with the text between tags, then without touching it)."""
+        if self.target.status != Status.DIVERGED:
+            return tree
+        source, leaves = tpl.instrumented_outputs(tree)
+        if not leaves or (self.check_parse and not tpl.parses(source)):
+            return tree
+        (pair,) = yield from self.render([self._request(source, conversation)])
+        if not all(o.kind == "rendered" for o in pair):
+            return tree
+        ref, eng = (tpl.printed_by_outputs(o.text) for o in pair)
+        if not ref and not eng:
+            return tree
+        agreeing = [path for number, path in leaves.items() if ref.get(number, []) == eng.get(number, [])]
+        if not agreeing:
+            return tree
+        without = tpl.remove_paths(tree, agreeing)
+        wordy = [path for path in tpl.all_paths(without)
+                 if isinstance(tpl.node_at(without, path), tpl.Leaf)
+                 and tpl.node_at(without, path).kind in ("text", "comment")
+                 and tpl.node_at(without, path).text.strip()]
+        for candidate in (tpl.remove_paths(without, wordy), without):
+            if candidate != tree and (yield from self.try_tree(candidate, conversation)):
+                return candidate
         return tree
 
     def hdd(self, tree: tuple, conversation: dict) -> Steps:

@@ -758,3 +758,61 @@ def prune_unexecuted(tree: tuple, ran: set) -> tuple:
         return tuple(out)
 
     return walk(tree, ())
+
+
+OUT_OPEN, OUT_CLOSE = "\ue002", "\ue003"
+_OUT_MARK = re.compile(OUT_OPEN + r"([se])(\d+)" + OUT_CLOSE)
+
+
+def instrumented_outputs(tree: tuple) -> tuple[str, dict]:
+    """The template with every output tag wrapped in start and end markers, and marker number -> leaf path.
+    The start marker takes the tag's left whitespace control and the end marker its right one, so the text
+    around keeps its whitespace; rendering it tells what each output printed."""
+    leaves: dict = {}
+
+    def mark(kind: str, number: int) -> str:
+        return "'" + OUT_OPEN + kind + str(number) + OUT_CLOSE + "'"
+
+    def walk(nodes_: tuple, prefix: tuple) -> str:
+        out = []
+        for index, node in enumerate(nodes_):
+            path = prefix + (index,)
+            if isinstance(node, Block):
+                for arm_index, arm in enumerate(node.arms):
+                    out.append(arm.tag.text + walk(arm.body, path + (arm_index,)))
+                out.append(node.end.text)
+                continue
+            parts = split_tag(node.text) if node.kind == "output" else None
+            if parts is None:
+                out.append(node.text)
+                continue
+            number = len(leaves)
+            leaves[number] = path
+            opening, inner, closing = parts
+            out.append(f"{opening} {mark('s', number)} }}}}{{{{ {inner} }}}}{{{{ {mark('e', number)} {closing}")
+        return "".join(out)
+
+    return walk(tree, ()), leaves
+
+
+def printed_by_outputs(text: str) -> dict:
+    """marker number -> what that output printed, each time it ran (inner outputs' markers removed)."""
+    printed: dict = {}
+    stack: list = []
+    position = 0
+    pieces: list = [[]]
+    for match in _OUT_MARK.finditer(text):
+        pieces[-1].append(text[position:match.start()])
+        position = match.end()
+        kind, number = match.group(1), int(match.group(2))
+        if kind == "s":
+            stack.append(number)
+            pieces.append([])
+        elif stack and stack[-1] == number:
+            stack.pop()
+            inner = "".join(pieces.pop())
+            printed.setdefault(number, []).append(inner)
+            pieces[-1].append(inner)
+        else:
+            return {}  # unbalanced (an output cut short): no answer rather than a wrong one
+    return printed if not stack else {}
