@@ -2,6 +2,7 @@
 second run; the pieces (symptoms, template tree, clustering) behave."""
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -134,3 +135,39 @@ def test_template_tree_keeps_the_exact_source_and_candidates_parse():
                 assert tpl.parses(tpl.source_of(tpl.replace_at(tree, path, (leaf,)))), leaf.text
     instrumented, arms = tpl.instrumented(tree)
     assert tpl.parses(instrumented) and len(arms) == 6  # if: 3 arms, for: 2, generation: 1
+
+
+def test_baseline_fast_path_known_causes_and_stale_causes(reference, tmp_path):
+    """Held against a format-2 baseline: known cells keep their cause without a reduction, a cell new to the
+    baseline whose cause is known is known, and a known cause whose reproducer no longer differs is news."""
+    from conformance.explain.baseline import explain_with_baseline
+    from conformance.judge.expectations import expectations_path, load_expectations, update_expectations
+    from conformance.judge.status import Verdict
+
+    selection = Selection.load(["meta-llama-llama-3.1-8b-instruct"], ["chat-whitespace-padded", "chat-single-user"])
+    cells = selection.cells()
+    with planted("trim-does-nothing") as runner:
+        results = run(runner, cells, GoldenJudge(), expectations_dir=tmp_path)
+        first = explain_with_baseline(results, runner, reference, requests_by_cell(cells))
+        [cause] = first.causes
+        update_expectations(results.name, results.results, directory=tmp_path,
+                            causes={c.id: c.to_dict() for c in first.causes})
+        path = expectations_path(results.name, tmp_path)
+        data = json.loads(path.read_text())
+        # a known cause this run cannot touch, whose reproducer the engine renders like the reference
+        data["causes"].append({"id": "c-0000000000", "title": "fixed", "reason": "was a bug",
+                               "symptom": {"status": "diverged", "edits": [["", " "]]},
+                               "repro": {"template": "{{ messages[0].content }}",
+                                         "case": {"messages": [{"role": "user", "content": "x"}]}}})
+        template = cells[0].template.id
+        data["cells"][template]["chat-single-user"] = "diverged:0000000000000000@c-0000000000"
+        path.write_text(json.dumps(data))
+        again = run(runner, cells, GoldenJudge(), expectations_dir=tmp_path)
+        second = explain_with_baseline(again, runner, reference, requests_by_cell(cells))
+    assert second.stats["fast_path"] == len(cause.cells) and second.stats["reduced"] == 0
+    assert [c.id for c in second.causes] == [cause.id] and second.causes[0].confirmed
+    assert [s["id"] for s in second.stale] == ["c-0000000000"]
+    verdicts = {r.case_id: r.verdict for r in again.results}
+    assert verdicts["chat-whitespace-padded"] == Verdict.EXPECTED_FAIL
+    assert verdicts["chat-single-user"] == Verdict.UNEXPECTED_PASS  # it matches: the baseline is stale there too
+    assert load_expectations(results.name, tmp_path).causes[cause.id].repro["template"] == cause.repro()["template"]

@@ -116,7 +116,8 @@ class Explainer:
             results, runner, self.reference, requests_by_cell(self.cells),
             cache=None if getattr(self.args, "no_cache", False) else ExplainCache(),
             families={t.id: t.family for t in self.selection.templates}, engine_builtin=spec in BUILTIN_RUNNERS,
-            progress=progress_printer(f"{spec} causes"), everything=self.everything)
+            progress=progress_printer(f"{spec} causes"), everything=self.everything,
+            budget=getattr(self.args, "budget", None), max_groups=getattr(self.args, "max_groups", None))
         print(describe_causes(explanation, 5), file=sys.stderr)
         return explanation
 
@@ -156,6 +157,15 @@ def add_explain_options(p) -> None:
     p.add_argument("--no-explain", action="store_true",
                    help="do not look for root causes (chatgold explain) of cells the baseline does not know")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the root-cause cache")
+    add_reduction_limits(p)
+
+
+def add_reduction_limits(p) -> None:
+    p.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="candidate renders one reduction may spend (default 1500)")
+    p.add_argument("--max-groups-per-template", dest="max_groups", type=int, default=None, metavar="N",
+                   help="reduce at most N (template, symptom) groups per template, the largest first; the other "
+                        "groups' cells are listed unexplained (default: no limit)")
 
 
 def cmd_report_merge(args) -> int:

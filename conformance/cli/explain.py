@@ -6,7 +6,13 @@ import json
 import sys
 from pathlib import Path
 
-from conformance.cli.check import add_expectations_dir, add_selection, open_runner, selection_from_args
+from conformance.cli.check import (
+    add_expectations_dir,
+    add_reduction_limits,
+    add_selection,
+    open_runner,
+    selection_from_args,
+)
 from conformance.cli.common import EXIT_OK, progress_printer
 
 EXPLAIN_TIMEOUT = 10.0
@@ -26,7 +32,7 @@ def open_explain_runners(spec: str, args):
 
 
 def explain_run(run, engine, reference, selection, cells, spec: str, cache=True, budget=None, progress=None,
-                only=None):
+                only=None, max_groups=None):
     """Explain one runner's judged results (judge.pipeline.RunnerResults) and record each cell's cause."""
     from conformance.explain import explain
     from conformance.explain.cache import ExplainCache
@@ -37,7 +43,7 @@ def explain_run(run, engine, reference, selection, cells, spec: str, cache=True,
     families = {t.id: t.family for t in selection.templates}
     explanation = explain(run, engine, reference, requests_by_cell(cells), cache=ExplainCache() if cache else None,
                           families=families, budget=budget or DEFAULT_BUDGET, engine_builtin=spec in BUILTIN_RUNNERS,
-                          progress=progress, only=only)
+                          progress=progress, only=only, max_groups=max_groups)
     explanation.annotate(run.results)
     run.explanation = explanation
     return explanation
@@ -87,7 +93,7 @@ def cmd_explain(args) -> int:
     try:
         results = run(engine, cells, GoldenJudge(GoldenStore()), args.expectations, progress_printer(args.runner))
         explanation = explain_run(results, engine, reference, selection, cells, args.runner, cache=not args.no_cache,
-                                  budget=args.budget, progress=progress_printer("explain"))
+                                  budget=args.budget, progress=progress_printer("explain"), max_groups=args.max_groups)
     finally:
         engine.close()
         reference.close()
@@ -118,7 +124,6 @@ def register(sub) -> None:
     p.add_argument("--markdown", metavar="PATH", help="Markdown summary with the top causes")
     p.add_argument("--html", metavar="PATH", help="HTML report: ranked causes first, each with its reproducer")
     p.add_argument("--top", type=int, default=20, metavar="N", help="causes listed on the terminal (default 20)")
-    p.add_argument("--budget", type=int, default=None, metavar="N",
-                   help="candidate renders one reduction may spend (default 1500)")
+    add_reduction_limits(p)
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the reduction cache")
     p.set_defaults(func=cmd_explain)

@@ -52,7 +52,8 @@ def check_known_causes(known: list, engine, reference) -> dict:
 
 
 def explain_with_baseline(run, engine, reference, requests: dict, cache=None, families=None, budget=None,
-                          engine_builtin: bool = False, progress=None, everything: bool = False) -> Explanation:
+                          engine_builtin: bool = False, progress=None, everything: bool = False,
+                          max_groups=None) -> Explanation:
     """Explain a run's non-matching cells against its baseline (run.expectations) and give every cell its
     cause and its final verdict. `everything`: explain every non-matching cell afresh (no fast path)."""
     started = time.perf_counter()
@@ -71,7 +72,8 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
             fast[result.key] = expectation.cause
         else:
             need.add(result.key)
-    options = {"cache": cache, "families": families, "engine_builtin": engine_builtin, "progress": progress}
+    options = {"cache": cache, "families": families, "engine_builtin": engine_builtin, "progress": progress,
+               "max_groups": max_groups}
     if budget:
         options["budget"] = budget
     fresh = explain(run, engine, reference, requests, only=need, **options)

@@ -163,7 +163,7 @@ def _size(found: Found) -> tuple:
 
 def explain(results, engine, reference, requests: dict, goldens=None, cache: Optional[ExplainCache] = None,
             only: Optional[set] = None, families: Optional[dict] = None, budget: int = DEFAULT_BUDGET,
-            parallel: int = 24, engine_builtin: bool = False,
+            parallel: int = 24, engine_builtin: bool = False, max_groups: Optional[int] = None,
             progress: Optional[Callable[[int, int], None]] = None) -> Explanation:
     """Explain the non-matching cells of one runner's judged results (judge.pipeline.RunnerResults).
 
@@ -171,7 +171,8 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     RenderRequest; goldens: (template, case) -> Golden (default: the local goldens); only: the (template,
     case) cells to explain (default: every non-matching cell); families: template id -> family (reductions
     of one family hint each other); engine_builtin: the engine is a builtin runner whose version identifies
-    it (for the cache)."""
+    it (for the cache); max_groups: reduce at most this many (template, symptom) groups per template, those
+    with the most cells first (the others' cells are unexplained, with that reason)."""
     started = time.perf_counter()
     goldens = goldens or GoldenStore()
     unexplained: list = []
@@ -188,6 +189,16 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
             continue
         groups.setdefault((result.template_id, symptom.key()), (symptom, []))[1].append(result)
 
+    if max_groups:
+        per_template: dict = {}
+        for group_key, (_, members) in groups.items():
+            per_template.setdefault(group_key[0], []).append((-len(members), group_key[1], group_key))
+        for template_id, ranked in per_template.items():
+            for _, _, group_key in sorted(ranked)[max_groups:]:
+                for result in groups.pop(group_key)[1]:
+                    unexplained.append(_unexplained(result, f"not reduced: {template_id} shows more than "
+                                                            f"{max_groups} different symptoms (the limit of groups "
+                                                            f"reduced per template)"))
     engine_id = runner_identity(dict(results.info), builtin=engine_builtin)
     reference_info = reference.describe()
     reference_id = runner_identity(reference_info, builtin=True)
