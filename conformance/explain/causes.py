@@ -267,7 +267,8 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     stats = DriverStats()
     with _scratch_artefacts(engine, idle=parallel):
         reduced = drive(list(tasks), reference, engine, parallel=parallel, on_done=on_done, stats=stats,
-                        make=make)
+                        make=make, failed=lambda key, exc: NotReproduced(
+                            f"the reducer failed ({type(exc).__name__}: {exc}); please report it", 0))
     renders_spent = 0
     phases: dict = {}
     incomplete = 0

@@ -67,10 +67,13 @@ class _Active:
 
 def drive(tasks: Iterable[tuple], reference, engine, parallel: int = 24,
           on_done: Optional[Callable[[object, object], None]] = None,
-          stats: Optional[DriverStats] = None, make: Optional[Callable] = None) -> dict:
+          stats: Optional[DriverStats] = None, make: Optional[Callable] = None,
+          failed: Optional[Callable[[object, Exception], object]] = None) -> dict:
     """Run (key, reduction) tasks to completion, up to `parallel` at a time; returns key -> result.
 
-    `make(key, reduction)` may adjust a reduction just before it starts (hints from finished ones)."""
+    `make(key, reduction)` may adjust a reduction just before it starts (hints from finished ones);
+    `failed(key, exception)` gives the result of a reduction that raised (default: the exception)."""
+    failed = failed or (lambda key, exc: exc)
     started = time.perf_counter()
     queue = deque(tasks)
     active: list[_Active] = []
@@ -92,10 +95,13 @@ def drive(tasks: Iterable[tuple], reference, engine, parallel: int = 24,
             entry.pending = entry.steps.send(sent)
             return True
         except StopIteration as stop:
-            results[entry.key] = stop.value
-            if on_done is not None:
-                on_done(entry.key, stop.value)
-            return False
+            value = stop.value
+        except Exception as exc:  # a reducer bug costs this group (its cells are unexplained), never the run
+            value = failed(entry.key, exc)
+        results[entry.key] = value
+        if on_done is not None:
+            on_done(entry.key, value)
+        return False
 
     start_more()
     while active:

@@ -131,7 +131,7 @@ class Reduction:
                 self.memo[self._key(request)] = pair
         return [self.memo[self._key(r)] for r in requests]
 
-    def test(self, source: str, conversation: dict) -> Steps:
+    def test(self, source: str, conversation: dict, remember: bool = True) -> Steps:
         """Whether this candidate still differs as the target does (and remember it as the best if so)."""
         if self.check_parse and source != self.original.template and not tpl.parses(source):
             return False
@@ -140,8 +140,16 @@ class Reduction:
         symptom = compare(*pair)
         if symptom is None or not symptom.keeps(self.target):
             return False
-        self.best = (request, pair, symptom)
+        if remember:
+            self.best = (request, pair, symptom)
         return True
+
+    def template_sensitive(self, source: str, conversation: dict) -> Steps:
+        """Whether the engine renders an equivalent template (a comment added) the same way. An engine that
+        recognises templates by their exact text (a record keyed by hash) never will: reducing the template
+        then only costs renders."""
+        ok = yield from self.test(source + "{# chatgold #}", conversation, remember=False)
+        return ok
 
     # -- the whole reduction ---------------------------------------------------------------------------
     def run(self) -> Steps:
@@ -160,6 +168,9 @@ class Reduction:
             self.phase = "case"
             conversation = yield from self.reduce_case(tpl.source_of(tree), conversation)
             settled = False
+            if self.reduce_template:
+                self.phase = "probe"
+                self.reduce_template = yield from self.template_sensitive(tpl.source_of(tree), conversation)
             if self.reduce_template:
                 self.phase = "hint"
                 tree, settled = yield from self.apply_hints(tree, conversation)

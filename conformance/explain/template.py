@@ -563,9 +563,12 @@ def _smaller(node) -> Iterator:
         for index in range(len(node.kwargs)):
             yield nodes.Call(node.node, node.args, node.kwargs[:index] + node.kwargs[index + 1:], node.dyn_args,
                              node.dyn_kwargs)
-    elif isinstance(node, (nodes.List, nodes.Tuple)) and node.items:
+    elif isinstance(node, nodes.List) and node.items:
         for index in range(len(node.items)):
-            yield type(node)(node.items[:index] + node.items[index + 1:], "load")
+            yield nodes.List(node.items[:index] + node.items[index + 1:])
+    elif isinstance(node, nodes.Tuple) and node.items:
+        for index in range(len(node.items)):
+            yield nodes.Tuple(node.items[:index] + node.items[index + 1:], "load")
     elif isinstance(node, nodes.Dict) and node.items:
         for index in range(len(node.items)):
             yield nodes.Dict(node.items[:index] + node.items[index + 1:])
@@ -671,13 +674,16 @@ def expression_variants(leaf: Leaf, limit: int = 40) -> Iterator[Leaf]:
         return
     seen = set()
     count = 0
-    variants = _variants(node)
+    variants = iter(_variants(node))
     if leaf.kind == "stmt" and leaf.keyword in ("if", "elif"):
         variants = itertools.chain([nodes.Const(True)], variants)
-    for variant in variants:
+    while True:
         try:
+            variant = next(variants)
             printed = PRINTER.expr(variant)
-        except (ValueError, KeyError, AttributeError):
+        except StopIteration:
+            return
+        except Exception:  # a node this printer or jinja2's constructors do not take: no variant
             continue
         if printed in seen or printed == expr_text:
             continue
