@@ -443,18 +443,24 @@ class Reduction:
                 leaf = node.arms[0].tag if isinstance(node, tpl.Block) else node
                 if leaf.kind not in ("output", "stmt"):
                     break
-                for variant in tpl.expression_variants(leaf):
-                    if isinstance(node, tpl.Block):
-                        new = (replace(node, arms=(replace(node.arms[0], tag=variant),) + node.arms[1:]),)
-                    else:
-                        new = (variant,)
-                    candidate = tpl.replace_at(tree, path, new)
-                    if (yield from self.try_tree(candidate, conversation)):
-                        tree = candidate
-                        break
+                if isinstance(node, tpl.Block):
+                    replacements = [(replace(node, arms=(replace(node.arms[0], tag=v),) + node.arms[1:]),)
+                                    for v in tpl.expression_variants(leaf)]
                 else:
+                    replacements = [(v,) for v in tpl.expression_variants(leaf)]
+                changed = yield from self.first_kept(tree, path, replacements, conversation)
+                if changed is None:
                     break
+                tree = changed
         return tree
+
+    def first_kept(self, tree: tuple, path: tuple, replacements, conversation: dict) -> Steps:
+        """The tree with the node at `path` replaced by the first replacement that still reproduces, or None."""
+        for new in replacements:
+            candidate = tpl.replace_at(tree, path, new)
+            if (yield from self.try_tree(candidate, conversation)):
+                return candidate
+        return None
 
     def texts(self, tree: tuple, conversation: dict) -> Steps:
         for path in reversed(list(tpl.all_paths(tree))):
@@ -462,18 +468,12 @@ class Reduction:
                 node = tpl.node_at(tree, path)
                 if not (isinstance(node, tpl.Leaf) and node.kind in ("text", "comment")):
                     break
-                if node.kind == "comment":
-                    candidate = tpl.replace_at(tree, path, ())
-                    if (yield from self.try_tree(candidate, conversation)):
-                        tree = candidate
+                replacements = [()] if node.kind == "comment" else [(v,) for v in tpl.text_variants(node)]
+                changed = yield from self.first_kept(tree, path, replacements, conversation)
+                if changed is None or node.kind == "comment":
+                    tree = changed if changed is not None else tree
                     break
-                for variant in tpl.text_variants(node):
-                    candidate = tpl.replace_at(tree, path, (variant,))
-                    if (yield from self.try_tree(candidate, conversation)):
-                        tree = candidate
-                        break
-                else:
-                    break
+                tree = changed
         return tree
 
 

@@ -345,7 +345,10 @@ def _macros(tree: tuple) -> dict:
         if not isinstance(parsed, nodes.Macro) or "caller" in body or "varargs" in body or "kwargs" in body:
             continue
         names = [a.name for a in parsed.args]
-        defaults = [None] * (len(names) - len(parsed.defaults)) + [PRINTER.expr(d) for d in parsed.defaults]
+        try:
+            defaults = [None] * (len(names) - len(parsed.defaults)) + [PRINTER.expr(d) for d in parsed.defaults]
+        except Exception:  # a default this printer cannot write back: not inlined
+            continue
         if re.search(r"\b" + re.escape(parsed.name) + r"\s*\(", "".join(n.source() for n in node.arms[0].body)):
             continue  # recursive: cannot be inlined
         found[parsed.name] = (names, defaults, node.arms[0].body)
@@ -369,8 +372,11 @@ def inline_variants(tree: tuple) -> Iterator[tuple]:
         names, defaults, body = macros[call.node.name]
         if call.dyn_args is not None or call.dyn_kwargs is not None or len(call.args) > len(names):
             continue
-        values = dict(zip(names, (PRINTER.expr(a) for a in call.args)))
-        values.update({k.key: PRINTER.expr(k.value) for k in call.kwargs})
+        try:
+            values = dict(zip(names, (PRINTER.expr(a) for a in call.args)))
+            values.update({k.key: PRINTER.expr(k.value) for k in call.kwargs})
+        except Exception:  # an argument this printer cannot write back
+            continue
         if set(values) - set(names):
             continue
         opening = "{%" + parts[0][2:]
@@ -433,6 +439,7 @@ class _Printer:
 
     BINOPS = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "FloorDiv": "//", "Mod": "%", "Pow": "**",
               "And": "and", "Or": "or"}
+    UNARY = {"Not": "not ", "Neg": "-", "Pos": "+"}
     COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "lteq": "<=", "gt": ">", "gteq": ">=", "in": "in",
                "notin": "not in"}
 
@@ -470,12 +477,8 @@ class _Printer:
             return f"{self.atom(node.left)} {self.BINOPS[kind]} {self.atom(node.right)}"
         if isinstance(node, nodes.Concat):
             return " ~ ".join(self.atom(n) for n in node.nodes)
-        if isinstance(node, nodes.Not):
-            return f"not {self.atom(node.node)}"
-        if isinstance(node, nodes.Neg):
-            return f"-{self.atom(node.node)}"
-        if isinstance(node, nodes.Pos):
-            return f"+{self.atom(node.node)}"
+        if kind in self.UNARY:
+            return f"{self.UNARY[kind]}{self.atom(node.node)}"
         if isinstance(node, nodes.Compare):
             out = self.atom(node.expr)
             for op in node.ops:
@@ -505,16 +508,10 @@ class _Printer:
 
 
 def _literal(value) -> str:
-    if value is None:
-        return "none"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, (int, float)):
-        return repr(value)
+    if value is None or isinstance(value, bool):
+        return {None: "none", True: "true", False: "false"}[value]
+    if isinstance(value, (str, int, float)):
+        return repr(value)  # jinja2 reads Python's string escapes and number forms
     raise ValueError(f"cannot print constant {value!r}")
 
 
@@ -709,10 +706,9 @@ MARK_OPEN, MARK_CLOSE = "\ue000", "\ue001"
 _MARK = re.compile(MARK_OPEN + r"(\d+)" + MARK_CLOSE)
 
 
-def instrumented(tree: tuple) -> tuple[str, dict]:
-    """The template with a marker printed at the start of every arm body, and marker number -> arm path
-    (block path + (arm index,)). Rendering it tells which arms ran; the markers change no control flow."""
-    arms: dict = {}
+def _rewritten(tree: tuple, on_arm, on_leaf) -> str:
+    """The tree's source with text inserted at the start of each arm body (on_arm(arm path)) and each leaf
+    replaced by on_leaf(leaf, path)."""
 
     def walk(nodes_: tuple, prefix: tuple) -> str:
         out = []
@@ -720,16 +716,27 @@ def instrumented(tree: tuple) -> tuple[str, dict]:
             path = prefix + (index,)
             if isinstance(node, Block):
                 for arm_index, arm in enumerate(node.arms):
-                    number = len(arms)
-                    arms[number] = path + (arm_index,)
-                    out.append(arm.tag.text + "{{ '" + MARK_OPEN + str(number) + MARK_CLOSE + "' }}"
-                               + walk(arm.body, path + (arm_index,)))
+                    arm_path = path + (arm_index,)
+                    out.append(arm.tag.text + on_arm(arm_path) + walk(arm.body, arm_path))
                 out.append(node.end.text)
             else:
-                out.append(node.source())
+                out.append(on_leaf(node, path))
         return "".join(out)
 
-    return walk(tree, ()), arms
+    return walk(tree, ())
+
+
+def instrumented(tree: tuple) -> tuple[str, dict]:
+    """The template with a marker printed at the start of every arm body, and marker number -> arm path
+    (block path + (arm index,)). Rendering it tells which arms ran; the markers change no control flow."""
+    arms: dict = {}
+
+    def mark(arm_path: tuple) -> str:
+        number = len(arms)
+        arms[number] = arm_path
+        return "{{ '" + MARK_OPEN + str(number) + MARK_CLOSE + "' }}"
+
+    return _rewritten(tree, mark, lambda leaf, path: leaf.text), arms
 
 
 def executed_arms(output: str, arms: dict) -> set:
@@ -779,26 +786,16 @@ def instrumented_outputs(tree: tuple) -> tuple[str, dict]:
     def mark(kind: str, number: int) -> str:
         return "'" + OUT_OPEN + kind + str(number) + OUT_CLOSE + "'"
 
-    def walk(nodes_: tuple, prefix: tuple) -> str:
-        out = []
-        for index, node in enumerate(nodes_):
-            path = prefix + (index,)
-            if isinstance(node, Block):
-                for arm_index, arm in enumerate(node.arms):
-                    out.append(arm.tag.text + walk(arm.body, path + (arm_index,)))
-                out.append(node.end.text)
-                continue
-            parts = split_tag(node.text) if node.kind == "output" else None
-            if parts is None:
-                out.append(node.text)
-                continue
-            number = len(leaves)
-            leaves[number] = path
-            opening, inner, closing = parts
-            out.append(f"{opening} {mark('s', number)} }}}}{{{{ {inner} }}}}{{{{ {mark('e', number)} {closing}")
-        return "".join(out)
+    def wrap(leaf: Leaf, path: tuple) -> str:
+        parts = split_tag(leaf.text) if leaf.kind == "output" else None
+        if parts is None:
+            return leaf.text
+        number = len(leaves)
+        leaves[number] = path
+        opening, inner, closing = parts
+        return f"{opening} {mark('s', number)} }}}}{{{{ {inner} }}}}{{{{ {mark('e', number)} {closing}"
 
-    return walk(tree, ()), leaves
+    return _rewritten(tree, lambda arm_path: "", wrap), leaves
 
 
 def printed_by_outputs(text: str) -> dict:
