@@ -1,7 +1,8 @@
 """Benchmark `chatgold explain`: cold (empty cache) and cached re-run, per engine.
 
-Default plan (the issue's targets, on 2 cores): llama.cpp over its 75 bundled templates x every case
-(target 60 s), MiniJinja over the full corpus (target 10 min); each cached re-run under 10 s. The render
+Default plan (the issue's targets, on 2 cores): each engine (llama.cpp, MiniJinja, @huggingface/jinja) over
+llama.cpp's 75 bundled templates x every case (target 60 s), MiniJinja over the full corpus (target 10 min);
+each cached re-run under 10 s. The render
 and judging of the matrix is timed apart (it is `chatgold check`'s cost, not explain's).
 
     python benchmarks/bench_explain.py [--plan llamacpp:llamacpp,minijinja:full] [--templates N] [--out FILE]
@@ -20,9 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TARGETS = {("llamacpp", "llamacpp"): 60.0, ("minijinja", "full"): 600.0}
+TARGETS = {("llamacpp", "llamacpp"): 60.0, ("minijinja", "llamacpp"): 60.0, ("hfjs", "llamacpp"): 60.0,
+           ("minijinja", "full"): 600.0}
 CACHED_TARGET = 10.0
-DEFAULT_PLAN = "llamacpp:llamacpp,minijinja:full"
+DEFAULT_PLAN = "llamacpp:llamacpp,minijinja:llamacpp,hfjs:llamacpp,minijinja:full"
 
 
 def templates_of(corpus, which: str, limit):

@@ -99,8 +99,9 @@ class Explainer:
     """Root causes for each checked runner (conformance/explain), held against its baseline: only cells the
     baseline does not already know are explained (cached), the reference opened once for all runners."""
 
-    def __init__(self, args, selection, cells, everything: bool = False):
+    def __init__(self, args, selection, cells, everything: bool = False, recording: bool = False):
         self.args, self.selection, self.cells, self.everything = args, selection, cells, everything
+        self.recording = recording  # a baseline is being written: cells it knows without a cause are explained
         self.reference = None
 
     def explain(self, results, runner, spec: str):
@@ -116,7 +117,7 @@ class Explainer:
             results, runner, self.reference, requests_by_cell(self.cells),
             cache=None if getattr(self.args, "no_cache", False) else ExplainCache(),
             families={t.id: t.family for t in self.selection.templates}, engine_builtin=spec in BUILTIN_RUNNERS,
-            progress=progress_printer(f"{spec} causes"), everything=self.everything,
+            progress=progress_printer(f"{spec} causes"), everything=self.everything, explain_bare=self.recording,
             budget=getattr(self.args, "budget", None), max_groups=getattr(self.args, "max_groups", None))
         print(describe_causes(explanation, 5), file=sys.stderr)
         return explanation
@@ -133,7 +134,8 @@ def cmd_expectations_update(args) -> int:
     selection = selection_from_args(args)
     cells = selection.cells()
     runner = open_runner(args.runner, args)
-    explainer = None if args.no_explain else Explainer(args, selection, cells, everything=args.reexplain)
+    explainer = None if args.no_explain else Explainer(args, selection, cells, everything=args.reexplain,
+                                                        recording=True)
     causes = None
     try:
         results = run(runner, cells, expectations_dir=args.expectations, progress=progress_printer(args.runner))

@@ -53,12 +53,14 @@ def check_known_causes(known: list, engine, reference) -> dict:
 
 def explain_with_baseline(run, engine, reference, requests: dict, cache=None, families=None, budget=None,
                           engine_builtin: bool = False, progress=None, everything: bool = False,
-                          max_groups=None) -> Explanation:
+                          max_groups=None, explain_bare: bool = False) -> Explanation:
     """Explain a run's non-matching cells against its baseline (run.expectations) and give every cell its
-    cause and its final verdict. `everything`: explain every non-matching cell afresh (no fast path)."""
+    cause and its final verdict. `everything`: explain every non-matching cell afresh (no fast path);
+    `explain_bare`: explain the cells the baseline knows without a cause too (recording a baseline)."""
     started = time.perf_counter()
     baseline = run.expectations
     fast: dict = {}     # (template, case) -> known cause id
+    known_bare = []     # cells the baseline knows as they are, without a cause
     need: set = set()
     touched: set = set()
     for result in run.results:
@@ -67,11 +69,15 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
             touched.add(expectation.cause)
         if result.status not in NON_MATCHING:
             continue
-        if (not everything and result.verdict == Verdict.EXPECTED_FAIL and expectation is not None
-                and expectation.cause in baseline.causes):
+        if everything or result.verdict != Verdict.EXPECTED_FAIL or expectation is None:
+            need.add(result.key)
+        elif explain_bare and expectation.cause not in baseline.causes:
+            need.add(result.key)
+        elif expectation.cause in baseline.causes:
             fast[result.key] = expectation.cause
         else:
-            need.add(result.key)
+            known_bare.append({"template": result.template_id, "case": result.case_id, "status": str(result.status),
+                               "reason": "the baseline knows this cell as it is, without a root cause"})
     options = {"cache": cache, "families": families, "engine_builtin": engine_builtin, "progress": progress,
                "max_groups": max_groups}
     if budget:
@@ -81,7 +87,7 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
                                  engine, reference)
     figure = run.figure()
     causes: dict = {cause.id: cause for cause in fresh.causes}
-    unexplained = list(fresh.unexplained)
+    unexplained = list(fresh.unexplained) + known_bare
     stale = []
     by_key = {r.key: r for r in run.results}
     for cell, cause_id in sorted(fast.items()):
