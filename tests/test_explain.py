@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from conformance import schema_validator
 from conformance.explain import explain
 from conformance.explain.cache import ExplainCache
 from conformance.explain.signature import Symptom, compare, edits
@@ -74,6 +75,7 @@ def test_planted_bugs_are_found_exactly(selection, reference, tmp_path):
         assert {r.key for r in results.results if r.status in NON_MATCHING} == set().union(*alone.values())
         assert explanation.unexplained == []
         assert len(explanation.causes) == len(BUGS), [c.title for c in explanation.causes]
+        schema_validator("explain.schema.json").validate(explanation.to_dict())
         found = {}
         for cause in explanation.causes:
             matches = [bug for bug in BUGS if set(cause.cells) == alone[bug]]
