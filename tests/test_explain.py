@@ -173,3 +173,23 @@ def test_baseline_fast_path_known_causes_and_stale_causes(reference, tmp_path):
     assert verdicts["chat-whitespace-padded"] == Verdict.EXPECTED_FAIL
     assert verdicts["chat-single-user"] == Verdict.UNEXPECTED_PASS  # it matches: the baseline is stale there too
     assert load_expectations(results.name, tmp_path).causes[cause.id].repro["template"] == cause.repro()["template"]
+
+
+def test_explain_cli_writes_json_markdown_html(tmp_path, capsys):
+    """`chatgold explain` on real MiniJinja: its tojson escapes an apostrophe the reference leaves alone."""
+    from conformance.cli import main
+
+    status = main(["explain", "--runner", "minijinja", "--workers", "1", "--template", "qwen-qwen2.5-7b-instruct",
+                   "--case", "tools-no-parameters", "--case", "chat-single-user", "--no-cache",
+                   "--json", str(tmp_path / "e.json"), "--markdown", str(tmp_path / "e.md"),
+                   "--html", str(tmp_path / "e.html")])
+    assert status == 0
+    data = json.loads((tmp_path / "e.json").read_text())
+    schema_validator("explain.schema.json").validate(data)
+    [cause] = data["causes"]
+    assert cause["cells"] == [["qwen-qwen2.5-7b-instruct", "tools-no-parameters"]]
+    assert "tojson" in cause["title"] and cause["repro"]["confirmed"] and cause["gain"] > 0
+    assert "tojson" in cause["repro"]["template"] and cause["repro"]["lines"] <= 3
+    assert cause["id"] in capsys.readouterr().out
+    assert cause["title"] in (tmp_path / "e.md").read_text()
+    assert f'cause-minijinja-{cause["id"]}' in (tmp_path / "e.html").read_text()
