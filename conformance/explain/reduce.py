@@ -131,9 +131,11 @@ class Reduction:
                 self.memo[self._key(request)] = pair
         return [self.memo[self._key(r)] for r in requests]
 
-    def test(self, source: str, conversation: dict, remember: bool = True) -> Steps:
-        """Whether this candidate still differs as the target does (and remember it as the best if so)."""
-        if self.check_parse and source != self.original.template and not tpl.parses(source):
+    def test(self, source: str, conversation: dict, remember: bool = True, parse: bool = False) -> Steps:
+        """Whether this candidate still differs as the target does (and remember it as the best if so).
+        `parse`: check first that the candidate parses (a template rewritten inside its tags may not; one with
+        whole nodes of a balanced tree removed always does, and parsing costs as much as a render)."""
+        if parse and self.check_parse and not tpl.parses(source):
             return False
         request = self._request(source, conversation)
         (pair,) = yield from self.render([request])
@@ -207,8 +209,7 @@ class Reduction:
     def prefetch(self, candidates: list) -> Steps:
         """Render these (source, conversation) candidates in one batch, for tests that follow: candidates of
         one template cost little more together than one (the template compiles, or its server starts, once)."""
-        requests = [self._request(source, conv) for source, conv in candidates
-                    if not (self.check_parse and source != self.original.template and not tpl.parses(source))]
+        requests = [self._request(source, conv) for source, conv in candidates]
         requests = [r for r in requests if self._key(r) not in self.memo]
         if requests and self.renders + len(requests) <= self.budget:
             yield from self.render(requests)
@@ -336,8 +337,8 @@ class Reduction:
         return value
 
     # -- template --------------------------------------------------------------------------------------
-    def try_tree(self, tree: tuple, conversation: dict) -> Steps:
-        ok = yield from self.test(tpl.source_of(tree), conversation)
+    def try_tree(self, tree: tuple, conversation: dict, parse: bool = False) -> Steps:
+        ok = yield from self.test(tpl.source_of(tree), conversation, parse=parse)
         return ok
 
     def apply_hints(self, tree: tuple, conversation: dict) -> Steps:
@@ -416,11 +417,8 @@ class Reduction:
             node = tpl.node_at(tree, path)
             if not isinstance(node, tpl.Block):
                 continue
-            for variant in tpl.block_variants(node):
-                candidate = tpl.replace_at(tree, path, variant)
-                if (yield from self.try_tree(candidate, conversation)):
-                    tree = candidate
-                    break
+            changed = yield from self.first_kept(tree, path, tpl.block_variants(node), conversation, parse=True)
+            tree = changed if changed is not None else tree
         return tree
 
     def inline(self, tree: tuple, conversation: dict) -> Steps:
@@ -429,7 +427,7 @@ class Reduction:
         while changed:
             changed = False
             for candidate in tpl.inline_variants(tree):
-                if (yield from self.try_tree(candidate, conversation)):
+                if (yield from self.try_tree(candidate, conversation, parse=True)):
                     tree, changed, inlined = tpl.build_tree(tpl.source_of(candidate)), True, True
                     break
         if inlined:
@@ -448,17 +446,17 @@ class Reduction:
                                     for v in tpl.expression_variants(leaf)]
                 else:
                     replacements = [(v,) for v in tpl.expression_variants(leaf)]
-                changed = yield from self.first_kept(tree, path, replacements, conversation)
+                changed = yield from self.first_kept(tree, path, replacements, conversation, parse=True)
                 if changed is None:
                     break
                 tree = changed
         return tree
 
-    def first_kept(self, tree: tuple, path: tuple, replacements, conversation: dict) -> Steps:
+    def first_kept(self, tree: tuple, path: tuple, replacements, conversation: dict, parse: bool = False) -> Steps:
         """The tree with the node at `path` replaced by the first replacement that still reproduces, or None."""
         for new in replacements:
             candidate = tpl.replace_at(tree, path, new)
-            if (yield from self.try_tree(candidate, conversation)):
+            if (yield from self.try_tree(candidate, conversation, parse=parse)):
                 return candidate
         return None
 
