@@ -127,7 +127,8 @@ def _found_to_dict(found: Found) -> dict:
             "bos_token": request.bos_token, "eos_token": request.eos_token,
             "reference": {"kind": found.reference.kind, **_fields(found.reference)},
             "engine": {"kind": found.engine.kind, **_fields(found.engine)},
-            "symptom": found.symptom.to_dict(), "renders": found.renders, "complete": found.complete}
+            "symptom": found.symptom.to_dict(), "renders": found.renders, "complete": found.complete,
+            "ignores_template": found.ignores_template}
 
 
 def _fields(outcome) -> dict:
@@ -150,7 +151,8 @@ def _found_from_dict(data: dict, template_id: str, case_id: str) -> Found:
     request = RenderRequest(data["template"], Conversation.from_dict(data["conversation"]), data["bos_token"],
                             data["eos_token"], template_id, case_id)
     return Found(request, outcome_from_dict(data["reference"]), outcome_from_dict(data["engine"]),
-                 _symptom_from_dict(data["symptom"]), data["renders"], data["complete"])
+                 _symptom_from_dict(data["symptom"]), data["renders"], data["complete"],
+                 ignores_template=bool(data.get("ignores_template")))
 
 
 # -- the analysis -------------------------------------------------------------------------------------------
@@ -189,16 +191,15 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
             continue
         groups.setdefault((result.template_id, symptom.key()), (symptom, []))[1].append(result)
 
+    beyond: dict = {}   # group -> why it is not reduced (past the per-template limit)
     if max_groups:
         per_template: dict = {}
         for group_key, (_, members) in groups.items():
             per_template.setdefault(group_key[0], []).append((-len(members), group_key[1], group_key))
         for template_id, ranked in per_template.items():
             for _, _, group_key in sorted(ranked)[max_groups:]:
-                for result in groups.pop(group_key)[1]:
-                    unexplained.append(_unexplained(result, f"not reduced: {template_id} shows more than "
-                                                            f"{max_groups} different symptoms (the limit of groups "
-                                                            f"reduced per template)"))
+                beyond[group_key] = (f"not reduced: {template_id} shows more than {max_groups} different symptoms "
+                                     f"(the limit of groups reduced per template)")
     engine_id = runner_identity(dict(results.info), builtin=engine_builtin)
     reference_info = reference.describe()
     reference_id = runner_identity(reference_info, builtin=True)
@@ -212,13 +213,16 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
                                                                      sort_keys=True)), r.case_id))
         request = requests[representative.key]
         cache_key = ExplainCache.key(engine_id, reference_id, request, symptom.key()) if use_cache else None
-        hit = cache.get(cache_key) if use_cache else None
+        hit = cache.get(cache_key) if use_cache and group_key not in beyond else None
         if hit is not None:
             found[group_key] = _found_from_dict(hit, request.template_id, request.case_id)
             cached_groups.add(group_key)
             continue
         reduction = Reduction(request, symptom, budget=budget)
         reduction.cache_key = cache_key
+        if group_key in beyond:
+            reduction.run = (lambda r=reduction, why=beyond[group_key]: r.run_unreduced(why))
+            reduction.cache_key = None  # a probe, not a reduction: nothing worth keeping
         tasks.append((group_key, reduction))
         order[group_key] = representative
     # Round-robin over templates (a template's first group before any second one), families together: a
@@ -298,7 +302,8 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     sizes = [cause.repro() for cause in causes]
     stats_out = {
         "cells": targets,
-        "groups": len(groups), "reduced": len(tasks), "cached": len(cached_groups),
+        "groups": len(groups), "reduced": len(tasks) - len(beyond), "probed": len(beyond),
+        "cached": len(cached_groups),
         "renders": stats.renders, "reduction_renders": renders_spent, "batches": stats.batches,
         "renders_by_pass": dict(sorted(phases.items(), key=lambda kv: -kv[1])), "budget_spent": incomplete,
         "causes": len(causes), "confirmed": sum(1 for c in causes if c.confirmed),
@@ -351,7 +356,7 @@ def _cluster(groups: dict, found: dict, cached_groups: set) -> list:
     by_key: dict = {}
     for group_key, repro in found.items():
         constructs = cluster.constructs_of(repro.template)
-        key = cluster.cause_key(repro.symptom, constructs, repro.reference, repro.engine)
+        key = cluster.cause_key(repro.symptom, constructs, repro.reference, repro.engine, repro.ignores_template)
         entry = by_key.setdefault(key, {"groups": [], "constructs": constructs})
         entry["groups"].append(group_key)
     causes = []
@@ -360,7 +365,8 @@ def _cluster(groups: dict, found: dict, cached_groups: set) -> list:
         best = found[candidates[0]]
         constructs = cluster.constructs_of(best.template)
         cause = Cause(id=cluster.cause_id(key), key=key,
-                      title=cluster.title(best.symptom, constructs, best.reference, best.engine),
+                      title=cluster.title(best.symptom, constructs, best.reference, best.engine,
+                                          best.ignores_template),
                       constructs=cluster.culprits(constructs), all_constructs=constructs, symptom=best.symptom,
                       found=best, cached=all(g in cached_groups for g in entry["groups"]))
         cause._candidates = candidates  # tried in order by _confirm
@@ -391,10 +397,11 @@ def _confirm(causes: list, groups: dict, found: dict, reference, engine, stats) 
             cause = by_id[cause_id]
             symptom = compare(ref, eng)
             if symptom is not None and symptom.keeps(repro.symptom):
-                cause.found = Found(repro.request, ref, eng, symptom, repro.renders, repro.complete)
+                cause.found = Found(repro.request, ref, eng, symptom, repro.renders, repro.complete,
+                                    ignores_template=repro.ignores_template)
                 cause.confirmed = True
                 constructs = cluster.constructs_of(repro.request.template)
-                cause.title = cluster.title(symptom, constructs, ref, eng)
+                cause.title = cluster.title(symptom, constructs, ref, eng, repro.ignores_template)
                 confirmed.add(cause_id)
             elif pending[cause_id] + 1 < min(len(cause._candidates), 3):
                 still[cause_id] = pending[cause_id] + 1

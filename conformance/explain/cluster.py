@@ -83,13 +83,17 @@ def _whitespace_direction(pairs: list) -> str:
     return "changes"
 
 
-def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome) -> str:
-    """The clustering key of a reduced reproducer."""
-    names = ",".join(culprits(constructs))
+def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
+              ignores_template: bool = False) -> str:
+    """The clustering key of a reduced reproducer. An engine that ignores the template (it renders the case
+    the same with an empty one) is keyed by that and the kind of difference, not by the template's constructs."""
+    names = "(ignores the template)" if ignores_template else ",".join(culprits(constructs))
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
         kind = "refuses|" + symptom.refusal
     elif symptom.status == Status.ENGINE_RENDERED:
         kind = "renders|" + symptom.refusal
+    elif ignores_template:
+        kind = "diverges"  # its own format against each template's: the edits say nothing more
     else:
         cls = difference_class(reference.text, engine.text)
         kind = "diverges|" + cls
@@ -153,10 +157,13 @@ def _quote(text: str, limit: int = 24) -> str:
     return f"`{shown}`" if shown else "nothing"
 
 
-def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome) -> str:
+def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
+          ignores_template: bool = False) -> str:
     """A short generated title: what the reduced reproducer uses, and how the engine differs on it."""
-    who = subject(culprits(constructs))
-    names = culprits(constructs)
+    names = [] if ignores_template else culprits(constructs)
+    who = "the engine ignores the template" if ignores_template else subject(names)
+    if ignores_template:
+        names = ["(ignores the template)"]
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
         message = _shorten(normalise_message(engine.message), 80)
         return f"{who}: the engine refuses ({message})" if names else f"the engine refuses: {message}"
@@ -165,6 +172,8 @@ def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engin
         return (f"{who}: renders where the reference refuses ({message})" if names else
                 f"renders where the reference refuses ({message})")
     ref, eng = reference.text, engine.text
+    if ignores_template:
+        return f"{who}: it renders its own format"
     cls = difference_class(ref, eng)
     pairs = raw_edits(ref, eng)
     first_d, first_i = pairs[0] if pairs else ("", "")

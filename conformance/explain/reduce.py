@@ -55,6 +55,7 @@ class Found:
     renders: int
     complete: bool           # False when the budget ran out before the passes settled
     phases: dict = field(default_factory=dict)
+    ignores_template: bool = False  # the engine renders this case the same with an empty template
 
     @property
     def template(self) -> str:
@@ -100,6 +101,7 @@ class Reduction:
         self.phase_renders: dict = {}   # pass -> renders it spent (benchmarks report where time goes)
         self.memo: dict = {}
         self.best: Optional[tuple] = None   # (request, pair, symptom)
+        self.ignores_template = False
         self.complete = True
         # Whether candidates must parse before they are rendered: not when the original does not parse
         # (the reference's compile error is then the difference being reduced).
@@ -146,6 +148,15 @@ class Reduction:
             self.best = (request, pair, symptom)
         return True
 
+    def template_ignored(self, source: str, conversation: dict) -> Steps:
+        """Whether the engine gives the same outcome for this case with an empty template while the reference
+        does not: an engine that renders its own format whatever the template says. Its template cannot be
+        reduced (every smaller template changes only the reference's side)."""
+        full, empty = yield from self.render([self._request(source, conversation), self._request("", conversation)])
+        same = lambda a, b: (a.kind, getattr(a, "text", None), getattr(a, "message", None)) == (
+            b.kind, getattr(b, "text", None), getattr(b, "message", None))
+        return same(full[1], empty[1]) and not same(full[0], empty[0]) and full[1].kind in ("rendered", "raised")
+
     def template_sensitive(self, source: str, conversation: dict) -> Steps:
         """Whether the engine renders an equivalent template (a comment added) the same way. An engine that
         recognises templates by their exact text (a record keyed by hash) never will: reducing the template
@@ -172,7 +183,9 @@ class Reduction:
             settled = False
             if self.reduce_template:
                 self.phase = "probe"
-                self.reduce_template = yield from self.template_sensitive(tpl.source_of(tree), conversation)
+                self.ignores_template = yield from self.template_ignored(tpl.source_of(tree), conversation)
+                self.reduce_template = not self.ignores_template and (
+                    yield from self.template_sensitive(tpl.source_of(tree), conversation))
             if self.reduce_template:
                 self.phase = "hint"
                 tree, settled = yield from self.apply_hints(tree, conversation)
@@ -203,7 +216,22 @@ class Reduction:
         except BudgetSpent:
             self.complete = False
         request, pair, symptom = self.best
-        return Found(request, pair[0], pair[1], symptom, self.renders, self.complete, dict(self.phase_renders))
+        return Found(request, pair[0], pair[1], symptom, self.renders, self.complete, dict(self.phase_renders),
+                     self.ignores_template)
+
+    def run_unreduced(self, reason: str) -> Steps:
+        """No reduction (the group is past the per-template limit), only what one probe can tell: if the engine
+        renders this very cell the same with an empty template while the reference does not, the cell is
+        explained by that, with itself as the reproducer. Otherwise it stays unexplained for `reason`."""
+        conversation = conversation_dict(self.original.conversation)
+        source = self.original.template
+        if not (yield from self.test(source, conversation)):
+            return NotReproduced(reason, self.renders)
+        self.phase = "probe"
+        if not (yield from self.template_ignored(source, conversation)):
+            return NotReproduced(reason, self.renders)
+        request, pair, symptom = self.best
+        return Found(request, pair[0], pair[1], symptom, self.renders, True, dict(self.phase_renders), True)
 
     # -- generic ddmin ---------------------------------------------------------------------------------
     def prefetch(self, candidates: list) -> Steps:
