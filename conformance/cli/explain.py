@@ -43,7 +43,8 @@ def explain_run(run, engine, reference, selection, cells, spec: str, cache=True,
     families = {t.id: t.family for t in selection.templates}
     explanation = explain(run, engine, reference, requests_by_cell(cells), cache=ExplainCache() if cache else None,
                           families=families, budget=budget or DEFAULT_BUDGET, engine_builtin=spec in BUILTIN_RUNNERS,
-                          progress=progress, only=only, max_groups=max_groups)
+                          progress=progress, only=only, max_groups=max_groups,
+                          log=lambda line: print(line, file=sys.stderr, flush=True))
     explanation.annotate(run.results)
     run.explanation = explanation
     return explanation

@@ -166,7 +166,8 @@ def _size(found: Found) -> tuple:
 def explain(results, engine, reference, requests: dict, goldens=None, cache: Optional[ExplainCache] = None,
             only: Optional[set] = None, families: Optional[dict] = None, budget: int = DEFAULT_BUDGET,
             parallel: int = 24, engine_builtin: bool = False, max_groups: Optional[int] = None,
-            progress: Optional[Callable[[int, int], None]] = None) -> Explanation:
+            progress: Optional[Callable[[int, int], None]] = None,
+            log: Optional[Callable[[str], None]] = None) -> Explanation:
     """Explain the non-matching cells of one runner's judged results (judge.pipeline.RunnerResults).
 
     engine / reference: open runners (the reference is `get_runner("hf")`); requests: (template, case) ->
@@ -268,6 +269,9 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
                 cache.put(cache_key, _found_to_dict(outcome))
 
     reductions = dict(tasks)
+    if log is not None:
+        log(f"{results.name}: {targets} non-matching cells in {len(groups)} (template, symptom) groups: "
+            f"{len(tasks) - len(beyond)} to reduce, {len(beyond)} to probe, {len(cached_groups)} cached")
     stats = DriverStats()
     with _scratch_artefacts(engine, idle=parallel):
         reduced = drive(list(tasks), reference, engine, parallel=parallel, on_done=on_done, stats=stats,
