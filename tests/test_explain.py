@@ -116,7 +116,8 @@ def test_symptoms_keep_the_same_difference_only():
     assert not compare(Rendered("x"), Raised("unknown test", RefusalKind.RENDER)).keeps(raised)
     # Content a reducer shortens does not make the same edit look new; a keyword printed differently stays itself.
     assert edits("Hello there" + "\n", "Hello there") == edits("Hi\n", "Hi") == frozenset({("\n", "")})
-    assert edits("True", "true") == frozenset({("T", "t")})
+    assert edits("True", "true") == frozenset({("True", "true")})
+    assert edits("You are Qwen. Hi", "Answer in one sentence. Hi") == edits("Be brief. Hi", "Hi there. Hi")
 
 
 def test_template_tree_keeps_the_exact_source_and_candidates_parse():

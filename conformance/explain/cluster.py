@@ -21,7 +21,6 @@ the corpus are explained: a baseline's known causes stay known across selections
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Iterable, Optional
 
 from conformance.explain.signature import Symptom, normalise_message, normalise_text, raw_edits
@@ -105,14 +104,10 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
     return f"{names}#{kind}"
 
 
-_RUN = re.compile(r"[a0](?:[ ,.:;'-]*[a0])*")
-
-
 def shape(text: str) -> str:
-    """An edit's text as a key sees it: normalised (signature.normalise_text), then every run of words and
-    numbers (with the spaces and light punctuation between them) one `…`, so the data a reducer happened to
-    keep does not split one cause in two, while quotes, brackets, markup and keywords stay."""
-    return _RUN.sub("…", normalise_text(text))[:EDIT_LIMIT]
+    """An edit's text as a key sees it: normalised (signature.normalise_text: runs of words and numbers read
+    as one `…`, quotes, brackets, markup and keywords kept), at most EDIT_LIMIT characters."""
+    return normalise_text(text)[:EDIT_LIMIT]
 
 
 def cause_id(key: str) -> str:

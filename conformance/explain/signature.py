@@ -31,6 +31,9 @@ CHAR_DIFF_LIMIT = 4000
 SHORT_WORD = 8
 _DIGITS = re.compile(r"\d+")
 _TOKENS = re.compile(r"\s+|\w+|[^\w\s]")
+_ALNUM = re.compile(r"[^\W_]")
+_WORDS = re.compile(r"a(?:[ ,.:;'-]*a)*")   # a run of words, with spaces and light punctuation between
+_NUMBERS = re.compile(r"0(?:[.,]0)*")
 _LETTERS = re.compile(r"[^\W\d_]+")
 # Engine location suffixes and positions that change as a template shrinks.
 _LOCATION = re.compile(r"\s*\((?:in|at) [^()]*:\d+(?::\d+)?\)|\bat (?:row|line) \d+,? (?:col(?:umn)? \d+)?"
@@ -78,10 +81,13 @@ class Symptom:
 
 
 def normalise_text(text: str) -> str:
-    """One side of an edit: kept when it is a short word, else digit runs -> 0 and letter runs -> a."""
+    """One side of an edit: kept when it is a short word; else digit runs read as 0, letter runs as a, and a
+    run of words and numbers with the spaces and light punctuation between them as one `…` (content a
+    reducer shortens, or another case words differently, does not make the same edit look new)."""
     if len(text) <= SHORT_WORD and text.isalpha():
         return text
-    return _LETTERS.sub("a", _DIGITS.sub("0", text))
+    text = _LETTERS.sub("a", _DIGITS.sub("0", text))
+    return _NUMBERS.sub("0", _WORDS.sub("a", text))
 
 
 def normalise_message(message: str) -> str:
@@ -100,25 +106,40 @@ def _raw_edits(a: str, b: str) -> list:
     suffix = 0
     while suffix < limit - prefix and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
         suffix += 1
+    # back to word boundaries: a word is compared whole
+    while prefix > 0 and a[prefix - 1].isalnum():
+        prefix -= 1
+    while suffix > 0 and a[len(a) - suffix].isalnum():
+        suffix -= 1
     a, b = a[prefix:len(a) - suffix], b[prefix:len(b) - suffix]
     if not a and not b:
         return []
-    if len(a) > CHAR_DIFF_LIMIT or len(b) > CHAR_DIFF_LIMIT:
-        # Words, whitespace runs and single punctuation marks first (a prompt may be one long line), then
-        # characters inside each changed run of them.
-        out = []
-        a_tokens, b_tokens = _TOKENS.findall(a), _TOKENS.findall(b)
-        matcher = difflib.SequenceMatcher(None, a_tokens, b_tokens, autojunk=False)
-        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-            if tag == "equal":
-                continue
-            left, right = "".join(a_tokens[i1:i2]), "".join(b_tokens[j1:j2])
-            if tag == "replace" and len(left) <= CHAR_DIFF_LIMIT and len(right) <= CHAR_DIFF_LIMIT:
-                out.extend(_char_edits(left, right))
-            else:
-                out.append((left, right))
-        return out
-    return _char_edits(a, b)
+    # Words, whitespace runs and single punctuation marks first (so one word replaced by another is one edit,
+    # and a prompt on one long line diffs fast), then characters inside a changed run without letters or
+    # digits (whitespace and punctuation).
+    out = []
+    a_tokens, b_tokens = _TOKENS.findall(a), _TOKENS.findall(b)
+    matcher = difflib.SequenceMatcher(None, a_tokens, b_tokens, autojunk=False)
+    changes = []   # (i1, i2, j1, j2): changed runs, merged across equal runs of single spaces between words
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            if changes and all(t == " " for t in a_tokens[i1:i2]) and i2 - i1 == 1 and i2 < len(a_tokens):
+                changes[-1] = changes[-1] + ("space",)
+            continue
+        if changes and len(changes[-1]) == 5:
+            first = changes.pop()
+            changes.append((first[0], i2, first[2], j2))
+        else:
+            changes.append((i1, i2, j1, j2))
+    for i1, i2, j1, j2, *_ in changes:
+        tag = "replace" if i1 < i2 and j1 < j2 else "other"
+        left, right = "".join(a_tokens[i1:i2]), "".join(b_tokens[j1:j2])
+        if (tag == "replace" and len(left) <= CHAR_DIFF_LIMIT and len(right) <= CHAR_DIFF_LIMIT
+                and not _ALNUM.search(left) and not _ALNUM.search(right)):
+            out.extend(_char_edits(left, right))
+        else:
+            out.append((left, right))
+    return out
 
 
 def _char_edits(a: str, b: str) -> list:
