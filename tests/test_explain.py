@@ -194,3 +194,16 @@ def test_explain_cli_writes_json_markdown_html(tmp_path, capsys):
     assert cause["id"] in capsys.readouterr().out
     assert cause["title"] in (tmp_path / "e.md").read_text()
     assert f'cause-minijinja-{cause["id"]}' in (tmp_path / "e.html").read_text()
+
+
+def test_macro_inlining_and_loop_unrolling_give_parseable_smaller_templates():
+    source = ("{% macro show(x, sep='; ') %}[{{ x }}]{{ sep }}{% endmacro %}"
+              "{%- for m in messages %}{{- show(m.content) }}{% endfor %}")
+    tree = tpl.build_tree(source)
+    [inlined] = list(tpl.inline_variants(tree))
+    text = tpl.source_of(inlined)
+    assert tpl.parses(text) and "{%- set x = m.content %}{%- set sep = '; ' %}[{{ x }}]{{ sep }}" in text
+    loop = tpl.node_at(tree, (1,))
+    flat = tpl.source_of(tpl.unrolled(loop))
+    assert tpl.parses(flat) and flat.startswith("{%- set m = (messages)[0] %}")
+    assert tpl.unrolled(tpl.build_tree("{% for m in xs %}{{ loop.index }}{% endfor %}")[0]) is None
