@@ -18,11 +18,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
+from test_evaluator_support import CONVERSATIONS, real_templates  # noqa: E402
+
 from runners.base import RenderRequest  # noqa: E402
 from runners.evaluator import ChatTemplate, EvaluatorError  # noqa: E402
 from runners.evaluator.runner import EvaluatorRunner  # noqa: E402
 from runners.hf import HFRenderer  # noqa: E402
-from test_evaluator_support import CONVERSATIONS, real_templates  # noqa: E402
 
 
 def main() -> None:

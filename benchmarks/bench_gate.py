@@ -121,6 +121,7 @@ def run_gate(selection: list, report_dir: Path) -> dict:
 
 def llamacpp_selection() -> tuple:
     from bench_matrix import llamacpp_set
+
     from conformance.corpus.manifest import load_corpus
 
     templates = llamacpp_set(load_corpus())

@@ -16,12 +16,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from conformance.corpus.cases import load_cases  # noqa: E402
+from conformance.corpus.manifest import load_corpus  # noqa: E402
 from conformance.judge.attribution import attribute_results  # noqa: E402
+from conformance.judge.goldens import read_golden  # noqa: E402
+from conformance.judge.pipeline import iter_cells  # noqa: E402
 from conformance.judge.pipeline import run as run_cells  # noqa: E402
 from conformance.judge.status import Status  # noqa: E402
-from conformance.judge.goldens import read_golden  # noqa: E402
-from conformance.corpus.manifest import load_corpus  # noqa: E402
-from conformance.judge.pipeline import iter_cells  # noqa: E402
 
 DEFAULT_RUNNERS = ["hf", "minijinja", "hfjs", "evaluator"]
 REPEATS = 3

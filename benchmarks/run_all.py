@@ -90,6 +90,18 @@ def table(results: dict) -> str:
         lines += ["", f"llama.cpp runner, {llama['templates']} templates x {llama['cases']} cases "
                       f"({llama['workers']} servers at a time): {llama['wall_seconds']} s wall (target 10 s), "
                       f"{llama['renders_per_second']} renders/s, server start {llama['mean_server_start_ms']} ms."]
+    explain = results["benchmarks"].get("bench_explain.py", {}).get("result")
+    if explain:
+        lines += ["", "| explain | cells | non-matching | causes | median repro | cold s (target) | cached s | renders/side |",
+                  "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: |"]
+        for row in explain["runs"]:
+            if "error" in row:
+                lines.append(f"| {row['runner']} ({row['set']}) | error: {row['error'][:60]} | | | | | | |")
+                continue
+            lines.append(f"| {row['runner']} ({row['templates']} templates) | {row['cells']} | {row['non_matching']} | "
+                         f"{row['causes']} ({row['confirmed']} confirmed) | {row['median_lines']} line(s), "
+                         f"{row['median_messages']} message(s) | {row['cold_seconds']} ({row['target_seconds']}) | "
+                         f"{row['cached_seconds']} | {row['renders_per_side']} |")
     if any(results["benchmarks"].get(name) for name in OPTIONAL):
         lines.append("")
     for name in OPTIONAL:
@@ -128,6 +140,7 @@ def main(argv=None) -> int:
         "bench_gguf.py": ["--files", str(args.gguf_files)],
         "bench_cold_start.py": ["--runners", args.runners],
         "bench_gate.py": ["--set", "llamacpp"],
+        "bench_explain.py": [],
     }
     for name in OPTIONAL:
         if (HERE / name).exists():

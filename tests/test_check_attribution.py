@@ -6,7 +6,7 @@ import pytest
 
 from conformance.corpus.cases import load_cases
 from conformance.corpus.manifest import load_corpus
-from conformance.judge.attribution import attribute_divergence, attribute_diverged
+from conformance.judge.attribution import attribute_diverged, attribute_divergence
 from conformance.judge.goldens import Golden, GoldenStore, read_golden
 from conformance.judge.pipeline import iter_cells, requests_by_cell, run
 from conformance.judge.status import Status

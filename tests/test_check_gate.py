@@ -43,15 +43,20 @@ def baseline(tmp_path):
     data = json.loads(path.read_text())
     assert list(data["cells"][TEMPLATE]) == [DIVERGED_CASE]
     assert data["cells"][TEMPLATE][DIVERGED_CASE].startswith("diverged:")
+    # format 2: the cell names its root cause, recorded once with its reproducer
+    cause = data["cells"][TEMPLATE][DIVERGED_CASE].partition("@")[2]
+    assert [c["id"] for c in data["causes"]] == [cause] and "tojson" in data["causes"][0]["repro"]["template"]
     return env, path, data
 
 
-def _gate(env, cwd, report_dir=None):
+def _gate(env, cwd, report_dir=None, explain=True):
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *_plugin_args(), "-q", "--pyargs", "conformance.gate",
             "-k", "test_engine_matches_expectations", "--chatgold-runner", "minijinja", "--chatgold-workers", "1",
             "--chatgold-template", TEMPLATE] + [x for c in CASES for x in ("--chatgold-case", c)]
     if report_dir:
         argv += ["--chatgold-report", str(report_dir)]
+    if not explain:
+        argv.append("--chatgold-no-explain")
     return _run(argv, env, cwd)
 
 
@@ -66,23 +71,27 @@ def test_gate_passes_with_the_baseline_and_fails_readably_when_it_disagrees(base
     # divergence is blamed on the tojson filter.
     assert report["runners"]["minijinja"]["blamed_constructs"] == {"filter:tojson": 1}
 
-    # A baseline whose recorded output differs from the engine's: the known divergence "changed".
+    # A baseline whose recorded output differs from the engine's: without explaining, the known divergence
+    # "changed"; explained, its root cause is the known one, so it is known.
     data["cells"][TEMPLATE][DIVERGED_CASE] = "diverged:0000000000000000"
     data["rules"] = [{"template": TEMPLATE, "reason": "minijinja's tojson escapes apostrophes"}]
     path.write_text(json.dumps(data))
-    done = _gate(env, tmp_path)
+    done = _gate(env, tmp_path, explain=False)
     assert done.returncode == 1
     assert f"minijinja {TEMPLATE} x {DIVERGED_CASE}: diverged (expected diverged with fingerprint 0000000000000000" in done.stdout
     assert "first difference at byte" in done.stdout
     assert "(filter:tojson)" in done.stdout
     assert "expectation's reason: minijinja's tojson escapes apostrophes" in done.stdout
+    done = _gate(env, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
 
-    # No baseline entry at all: a new divergence.
-    data["cells"] = {}
+    # No baseline entry and no known cause: a new root cause, news.
+    data["cells"], data["causes"] = {}, []
     path.write_text(json.dumps(data))
     done = _gate(env, tmp_path)
     assert done.returncode == 1
     assert "not in the expectations: a new divergence" in done.stdout
+    assert "root cause c-" in done.stdout and "(new)" in done.stdout and "minimal reproducer:" in done.stdout
 
 
 def test_check_cli_exit_status_follows_the_baseline(baseline, tmp_path):
@@ -94,6 +103,9 @@ def test_check_cli_exit_status_follows_the_baseline(baseline, tmp_path):
     assert "unexpected outcomes: 0" in done.stdout
     data["cells"][TEMPLATE][DIVERGED_CASE] = "engine-raised"
     path.write_text(json.dumps(data))
-    done = _run(argv, env, tmp_path)
+    done = _run(argv + ["--no-explain"], env, tmp_path)
     assert done.returncode == 1
     assert f"UNEXPECTED {TEMPLATE} x {DIVERGED_CASE}: diverged (expected engine-raised)" in done.stdout
+    # Explained, the cell's root cause is the baseline's known cause: known, whatever status the file says.
+    done = _run(argv, env, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -12,7 +12,14 @@ from pathlib import Path
 import gguf
 import pytest
 
-from conformance.corpus.manifest import CorpusError, build_corpus, import_files, load_corpus, manifest_path, templates_dir
+from conformance.corpus.manifest import (
+    CorpusError,
+    build_corpus,
+    import_files,
+    load_corpus,
+    manifest_path,
+    templates_dir,
+)
 from runners.gguf_header import GGUFHeaderError
 
 

@@ -11,8 +11,7 @@ import threading
 import time
 from pathlib import Path
 
-
-from runners import Errored, RenderRequest, Rendered, get_runner
+from runners import Errored, Rendered, RenderRequest, get_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = [{"role": "user", "content": "hello"}]

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import pytest
 
-
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "runners" / "examples"
 PY_CONSUMER = ("plain_jinja2.py", "vectors_jinja2.py", "minimal_harness.py")

@@ -4,7 +4,6 @@ Easy templates must match HF byte for byte; the known divergences must show up a
 """
 from __future__ import annotations
 
-
 import pytest
 
 from runners import get_runner
@@ -148,8 +147,9 @@ def test_continue_final_message_is_skipped_not_faked(minijinja, hfjs):
 # ---- example harnesses, through the command runner ----
 
 def test_example_harnesses_conform_to_the_schemas():
-    from runners.protocol.validate import validate_harness
     import io
+
+    from runners.protocol.validate import validate_harness
 
     for name in ("ferrox", "paperkiln"):
         out = io.StringIO()

@@ -2,12 +2,18 @@
 from __future__ import annotations
 
 import pytest
+from test_evaluator_support import CONVERSATIONS, real_templates
 
 from runners.base import Raised, Rendered, RenderRequest
-from runners.evaluator import (ChatTemplate, InputError, ReservedVariableError, TemplateCompileError,
-                               TemplateRefusal, TemplateRenderError)
+from runners.evaluator import (
+    ChatTemplate,
+    InputError,
+    ReservedVariableError,
+    TemplateCompileError,
+    TemplateRefusal,
+    TemplateRenderError,
+)
 from runners.evaluator.runner import EvaluatorRunner
-from test_evaluator_support import CONVERSATIONS, real_templates
 
 TEMPLATES = real_templates()
 

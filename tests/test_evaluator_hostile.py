@@ -6,7 +6,12 @@ import time
 import pytest
 
 from runners.base import Errored, Raised, RenderRequest
-from runners.evaluator import LimitExceeded, RenderTimeout, SecurityViolation, ChatTemplate
+from runners.evaluator import (
+    ChatTemplate,
+    LimitExceeded,
+    RenderTimeout,
+    SecurityViolation,
+)
 from runners.evaluator.runner import EvaluatorRunner
 
 MESSAGES = [{"role": "user", "content": "hi"}]

@@ -4,11 +4,11 @@ from __future__ import annotations
 import struct
 
 import pytest
+from test_evaluator_support import real_templates
 
 from runners.evaluator import ChatTemplate, TemplateCompileError, inventory
 from runners.evaluator.gguf import GGUFError
 from runners.evaluator.inventory import catalogue, describe
-from test_evaluator_support import real_templates
 
 SOURCE = """{#- header -#}
 {%- set ns = namespace(last=-1) %}

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import pytest
+from test_evaluator_support import CONVERSATIONS, real_templates
 
 from runners.evaluator import ChatTemplate, EvaluatorError, origin_at
-from test_evaluator_support import CONVERSATIONS, real_templates
 
 TEMPLATES = real_templates()
 # A spread of the corpus keeps this fast; the HF comparison covers every template.

@@ -12,13 +12,26 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from conformance.corpus.evidence import (EvidenceError, EvidenceTable, TemplateFacts, decide, evidence_path,
-                                        family_files, files_by_template, is_base_model, load_evidence,
-                                        reads_variables)
+from conformance.corpus.evidence import (
+    EvidenceError,
+    EvidenceTable,
+    TemplateFacts,
+    decide,
+    evidence_path,
+    family_files,
+    files_by_template,
+    is_base_model,
+    load_evidence,
+    reads_variables,
+)
 from conformance.corpus.families import family_from_name
 from conformance.corpus.manifest import load_corpus, templates_dir
 from conformance.corpus.sources import PackageSource, SourceError, fetch_archive
-from conformance.corpus.sources._tokenizer import TokenFile, read_tokenizer_dir, template_record
+from conformance.corpus.sources._tokenizer import (
+    TokenFile,
+    read_tokenizer_dir,
+    template_record,
+)
 
 GEMMA3_SHA = "7de1c58e208eda46e9c7f86397df37ec49883aeece39fb961e0a6b24088dd3c4"
 SOURCES = {"a": {"package": "pkg-a", "version": "1.0"}, "b": {"package": "pkg-b", "version": "2.0"},

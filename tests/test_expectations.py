@@ -5,8 +5,14 @@ import json
 
 import pytest
 
-from conformance.judge.expectations import (Expectation, ExpectationsError, describe_cell, load_expectations,
-                                            update_expectations, verdict)
+from conformance.judge.expectations import (
+    Expectation,
+    ExpectationsError,
+    describe_cell,
+    load_expectations,
+    update_expectations,
+    verdict,
+)
 from conformance.judge.status import CellResult, Verdict
 
 CHANGED, EXPECTED_FAIL, EXPECTED_PASS = Verdict.CHANGED, Verdict.EXPECTED_FAIL, Verdict.EXPECTED_PASS
@@ -40,13 +46,14 @@ def test_update_writes_compact_grouped_file_and_selection_keeps_the_rest(tmp_pat
                _result("t2", "a", "engine-raised", "fedcba9876543210", "no documents"),
                _result("t2", "b", "skipped", None, "no documents")]  # not run: never in a baseline
     _, counts = update_expectations("engine-x", results, directory=tmp_path)
-    assert counts == {"added": 2, "removed": 0, "changed": 0, "total": 2}
+    assert counts == {"added": 2, "removed": 0, "changed": 0, "total": 2, "causes": 0, "causes_without_reason": 0}
     text = (tmp_path / "engine-x.json").read_text()
     data = json.loads(text)
     assert data["cells"] == {"t1": {"a": "diverged:0123456789abcdef"}, "t2": {"a": "engine-raised:fedcba9876543210"}}
     assert '"t1": {"a":"diverged:0123456789abcdef"}' in text  # one template per line
     # Give t1 a hand-written reason; a selective update of t2 only must keep t1 and the rule.
-    data["rules"].insert(0, {"template": "t1", "reason": "minijinja escapes apostrophes", "link": "issue-1"})
+    data.setdefault("rules", []).insert(0, {"template": "t1", "reason": "minijinja escapes apostrophes",
+                                            "link": "issue-1"})
     (tmp_path / "engine-x.json").write_text(json.dumps(data))
     _, counts = update_expectations("engine-x", [_result("t2", "a", "match")], selected={("t2", "a")},
                                     directory=tmp_path)
@@ -101,3 +108,70 @@ def test_a_template_failing_every_case_is_stored_as_a_default(tmp_path):
     assert counts["removed"] == 1 and counts["added"] == 0
     loaded = load_expectations("engine-x", tmp_path)
     assert loaded.get("t3", case_ids[5]) is None and loaded.get("t3", case_ids[6]).fingerprint == "aaaaaaaaaaaaaaaa"
+
+
+def _repro(status="diverged"):
+    return {"template": "{{ x|tojson }}", "case": {"messages": [{"role": "user", "content": "it's"}]},
+            "bos_token": None, "eos_token": None}
+
+
+def test_format_2_records_causes_once_and_cells_by_cause(tmp_path):
+    from conformance import schema_validator
+
+    first = _result("t1", "a", "diverged", "0123456789abcdef")
+    first.extra["cause"] = "c-0123456789"
+    second = _result("t2", "b", "engine-raised", "fedcba9876543210", "no tojson")
+    unexplained = _result("t2", "c", "diverged", "1111111111111111")
+    cause = {"id": "c-0123456789", "title": "`|tojson`: prints `\\u0027`", "constructs": ["filter:tojson"],
+             "symptom": {"status": "diverged", "edits": [["'", "\\a0"]]}, "repro": _repro()}
+    _, counts = update_expectations("engine-x", [first, second, unexplained], directory=tmp_path,
+                                    causes={cause["id"]: cause})
+    assert counts["causes"] == 1 and counts["causes_without_reason"] == 1
+    data = json.loads((tmp_path / "engine-x.json").read_text())
+    schema_validator("expectations.schema.json").validate(data)
+    assert data["format"] == 2 and [c["id"] for c in data["causes"]] == ["c-0123456789"]
+    assert data["cells"]["t1"] == {"a": "diverged:0123456789abcdef@c-0123456789"}
+    assert data["status_reasons"]["diverged"].startswith("not reduced to a root cause")
+    # A reason written by hand is carried forward by cause id when the baseline is recorded again.
+    data["causes"][0]["reason"] = "minijinja's tojson escapes ' for HTML"
+    data["causes"][0]["link"] = "https://example.invalid/issue/1"
+    (tmp_path / "engine-x.json").write_text(json.dumps(data))
+    again = _result("t3", "a", "diverged", "2222222222222222")
+    again.extra["cause"] = "c-0123456789"
+    new, _ = update_expectations("engine-x", [first, again], directory=tmp_path,
+                                 causes={cause["id"]: dict(cause, title="retitled")})
+    known = new.causes["c-0123456789"]
+    assert (known.reason, known.link, known.title) == ("minijinja's tojson escapes ' for HTML",
+                                                       "https://example.invalid/issue/1", "retitled")
+    loaded = load_expectations("engine-x", tmp_path)
+    expectation = loaded.get("t3", "a")
+    assert expectation.cause == "c-0123456789" and expectation.reason.startswith("minijinja's tojson")
+
+
+def test_a_new_cell_with_a_known_cause_is_known(tmp_path):
+    from conformance.judge.pipeline import apply_expectations
+
+    (tmp_path / "engine-x.json").write_text(json.dumps({
+        "format": 2, "runner": "engine-x",
+        "causes": [{"id": "c-0123456789", "title": "t", "reason": "known bug", "repro": _repro()}],
+        "cells": {"t1": {"a": "diverged:0123456789abcdef@c-0123456789"}}}))
+    baseline = load_expectations("engine-x", tmp_path)
+    known_cell = _result("t1", "a", "diverged", "0123456789abcdef")
+    new_cell_known_cause = _result("t9", "z", "diverged", "3333333333333333")
+    new_cell_known_cause.extra["cause"] = "c-0123456789"
+    changed_known_cause = _result("t1", "a", "diverged", "4444444444444444")
+    changed_known_cause.extra["cause"] = "c-0123456789"
+    new_cause = _result("t9", "y", "diverged", "5555555555555555")
+    new_cause.extra["cause"] = "c-9999999999"
+    results = [known_cell, new_cell_known_cause, changed_known_cause, new_cause]
+    apply_expectations(results, baseline)
+    assert [r.verdict for r in results] == [EXPECTED_FAIL, EXPECTED_FAIL, EXPECTED_FAIL, UNEXPECTED_FAIL]
+    assert new_cell_known_cause.expectation.reason == "known bug"
+    assert "root cause c-9999999999 (new)" in describe_cell(new_cause)
+
+
+def test_a_cell_naming_an_unknown_cause_is_a_bad_file(tmp_path):
+    (tmp_path / "engine-x.json").write_text(json.dumps({
+        "format": 2, "causes": [], "cells": {"t": {"c": "diverged:0123456789abcdef@c-0123456789"}}}))
+    with pytest.raises(ExpectationsError, match="cause c-0123456789 is not among the file's causes"):
+        load_expectations("engine-x", tmp_path)

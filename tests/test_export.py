@@ -12,9 +12,9 @@ import jsonschema
 from conformance import repo_root, schema_validator
 from conformance.corpus.cases import load_cases, select_cases
 from conformance.corpus.manifest import load_corpus
-from conformance.service.export import export_vectors, schema_path
 from conformance.judge.goldens import read_golden, write_golden
-from runners.base import RenderRequest, Rendered
+from conformance.service.export import export_vectors, schema_path
+from runners.base import Rendered, RenderRequest
 from runners.hf import reference_refusal
 from runners.semantics import reference_bindings
 

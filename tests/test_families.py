@@ -15,8 +15,14 @@ import pytest
 
 import conformance.corpus.manifest as corpus_module
 from conformance.corpus import families
-from conformance.corpus.families import (detect_family, diff_templates, group_variants, majority_family,
-                                        shared_across_lines, similarity)
+from conformance.corpus.families import (
+    detect_family,
+    diff_templates,
+    group_variants,
+    majority_family,
+    shared_across_lines,
+    similarity,
+)
 
 CORPUS_ROOT = Path(os.environ.get("CHATGOLD_TEST_CORPUS") or corpus_module.templates_dir())
 

@@ -5,8 +5,14 @@ import pytest
 
 from conformance.corpus.cases import load_cases
 from conformance.corpus.manifest import load_corpus
-from conformance.judge.goldens import (cell_paths, find_orphans, goldens_dir, read_golden, update_goldens,
-                                 write_golden)
+from conformance.judge.goldens import (
+    cell_paths,
+    find_orphans,
+    goldens_dir,
+    read_golden,
+    update_goldens,
+    write_golden,
+)
 from runners import get_runner
 from runners.base import Raised, Rendered
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from runners import Errored, Raised, RenderRequest, Rendered, get_runner
+from runners import Errored, Raised, Rendered, RenderRequest, get_runner
 
 TIME_LIMIT = 8.0           # per cell, passed to each runner
 MAX_HARMLESS_OUTPUT = 10 * 1024 * 1024

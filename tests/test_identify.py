@@ -11,8 +11,8 @@ import gguf
 import numpy as np
 
 from conformance import repo_root
-from conformance.corpus.manifest import load_corpus
 from conformance.corpus.identify import identify_gguf, runner_results
+from conformance.corpus.manifest import load_corpus
 
 KNOWN = "01-ai-yi-1.5-9b-chat"
 TOKENS = ["<unk>", "<|startoftext|>", "<|im_end|>", "hello"]

@@ -6,7 +6,12 @@ import pytest
 
 from runners.base import Raised, RefusalKind, Rendered, RenderRequest
 from runners.llamacpp import LlamaCppBuiltinRunner, build_llama_server
-from runners.llamacpp.builtin import BUILTIN_NAMES, CHATML_TEMPLATE_SRC, detect, server_source
+from runners.llamacpp.builtin import (
+    BUILTIN_NAMES,
+    CHATML_TEMPLATE_SRC,
+    detect,
+    server_source,
+)
 from runners.llamacpp.builtin_runner import PROBE
 
 # The conversation every case of tests/test-chat-template.cpp renders (:355-362), the runner's format probe.

@@ -64,7 +64,6 @@ def test_a_hang_times_out_and_the_run_goes_on():
 
 def test_a_slow_start_is_errored_not_a_hang():
     import subprocess
-
     import uuid
 
     tag = uuid.uuid4().hex  # names this test's harness process only

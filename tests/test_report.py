@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 import pytest
 
@@ -107,3 +106,23 @@ def test_merge_rejects_overlapping_shards(outputs, tmp_path):
 
     with pytest.raises(ValueError, match="appears in two shards"):
         merge_reports([load_report(out / "r.json"), load_report(out / "r.json")])
+
+
+def test_report_ranks_root_causes_with_their_reproducers(outputs):
+    out, _, _ = outputs
+    report = load_report(out / "r.json")
+    section = report["runners"]["minijinja"]
+    assert section["causes"] and section["constructs_basis"] == "cause"
+    gains = [cause["gain"] for cause in section["causes"]]
+    assert gains == sorted(gains, reverse=True) and gains[0] > 0
+    by_cell = {(c["template"], c["case"]): c for c in report.runner_cells("minijinja")}
+    for cause in section["causes"]:
+        assert cause["repro"]["confirmed"] and cause["repro"]["template"]
+        for template, case in cause["cells"]:
+            assert by_cell[(template, case)]["cause"] == cause["id"]
+    html = (out / "r.html").read_text()
+    assert 'id="causes-minijinja"' in html and html.index("Root causes") < html.index("Conformance by Jinja construct")
+    assert "top root causes" in (out / "s.md").read_text()
+    merged = load_report(out / "merged.json")
+    validate(merged)
+    assert {c["id"] for c in merged["runners"]["minijinja"]["causes"]} == {c["id"] for c in section["causes"]}

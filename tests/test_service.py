@@ -13,11 +13,15 @@ import requests
 
 from conformance import repo_root
 from conformance.corpus.cases import load_cases
-from conformance.service.client import ServiceClient, ServiceError
 from conformance.corpus.manifest import load_corpus
 from conformance.judge.goldens import read_golden
 from conformance.report import load_report
-from conformance.service.server import MAX_BATCH_CELLS, MAX_BODY_BYTES, MAX_TEMPLATE_BYTES
+from conformance.service.client import ServiceClient, ServiceError
+from conformance.service.server import (
+    MAX_BATCH_CELLS,
+    MAX_BODY_BYTES,
+    MAX_TEMPLATE_BYTES,
+)
 
 TEMPLATE = "01-ai-yi-1.5-9b-chat"       # renders ChatML; refuses image content parts
 RENDERED_CASE = "chat-single-user"

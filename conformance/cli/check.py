@@ -69,16 +69,23 @@ def cmd_check(args) -> int:
     else:
         judge = GoldenJudge(goldens)
     runs = []
-    for spec in args.runner:
-        runner = open_runner(spec, args)
-        try:
-            runs.append(run(runner, cells, judge, args.expectations, progress_printer(spec)))
-            if agreement is None and runner.reports_capabilities():
-                agreement = agreement_section(selection.templates, runner)
-        except ServiceError as exc:
-            raise UserError(str(exc)) from None
-        finally:
-            runner.close()
+    explainer = None if args.no_explain or args.service else Explainer(args, selection, cells)
+    try:
+        for spec in args.runner:
+            runner = open_runner(spec, args)
+            try:
+                runs.append(run(runner, cells, judge, args.expectations, progress_printer(spec)))
+                if explainer is not None:
+                    explainer.explain(runs[-1], runner, spec)
+                if agreement is None and runner.reports_capabilities():
+                    agreement = agreement_section(selection.templates, runner)
+            except ServiceError as exc:
+                raise UserError(str(exc)) from None
+            finally:
+                runner.close()
+    finally:
+        if explainer is not None:
+            explainer.close()
     if not args.no_attribution and not args.service:
         attribute_diverged([r for one in runs for r in one.results], requests_by_cell(cells), goldens)
     report = build_report(runs, selection.describe(), selection.metadata(), agreement)
@@ -88,6 +95,38 @@ def cmd_check(args) -> int:
     return EXIT_FAIL if report["unexpected"] else EXIT_OK
 
 
+class Explainer:
+    """Root causes for each checked runner (conformance/explain), held against its baseline: only cells the
+    baseline does not already know are explained (cached), the reference opened once for all runners."""
+
+    def __init__(self, args, selection, cells, everything: bool = False, recording: bool = False):
+        self.args, self.selection, self.cells, self.everything = args, selection, cells, everything
+        self.recording = recording  # a baseline is being written: cells it knows without a cause are explained
+        self.reference = None
+
+    def explain(self, results, runner, spec: str):
+        from conformance.cli.explain import describe_causes
+        from conformance.explain.baseline import explain_with_baseline
+        from conformance.explain.cache import ExplainCache
+        from conformance.judge.pipeline import requests_by_cell
+        from runners import BUILTIN_RUNNERS, REFERENCE_RUNNER, get_runner
+
+        if self.reference is None:
+            self.reference = get_runner(REFERENCE_RUNNER, workers=self.args.workers, timeout=self.args.timeout)
+        explanation = explain_with_baseline(
+            results, runner, self.reference, requests_by_cell(self.cells),
+            cache=None if getattr(self.args, "no_cache", False) else ExplainCache(),
+            families={t.id: t.family for t in self.selection.templates}, engine_builtin=spec in BUILTIN_RUNNERS,
+            progress=progress_printer(f"{spec} causes"), everything=self.everything, explain_bare=self.recording,
+            budget=getattr(self.args, "budget", None), max_groups=getattr(self.args, "max_groups", None))
+        print(describe_causes(explanation, 5), file=sys.stderr)
+        return explanation
+
+    def close(self) -> None:
+        if self.reference is not None:
+            self.reference.close()
+
+
 def cmd_expectations_update(args) -> int:
     from conformance.judge.expectations import update_expectations
     from conformance.judge.pipeline import run
@@ -95,18 +134,42 @@ def cmd_expectations_update(args) -> int:
     selection = selection_from_args(args)
     cells = selection.cells()
     runner = open_runner(args.runner, args)
+    explainer = None if args.no_explain else Explainer(args, selection, cells, everything=args.reexplain,
+                                                        recording=True)
+    causes = None
     try:
         # Baselines hold byte statuses only: the token verdict is not asked for.
         results = run(runner, cells, expectations_dir=args.expectations, progress=progress_printer(args.runner),
                       tokens=False)
+        if explainer is not None:
+            explanation = explainer.explain(results, runner, args.runner)
+            causes = {cause.id: cause.to_dict() for cause in explanation.causes}
     finally:
         runner.close()
+        if explainer is not None:
+            explainer.close()
     selected = None if selection.full else {c.key for c in cells}
-    expectations, counts = update_expectations(results.name, results.results, selected, args.expectations)
+    expectations, counts = update_expectations(results.name, results.results, selected, args.expectations, causes)
     print(f"{expectations.path}: {counts['total']} known non-matching cells "
           f"({counts['added']} added, {counts['removed']} removed, {counts['changed']} changed) "
-          f"from {len(cells)} {'cells (full matrix)' if selection.full else 'selected cells'}")
+          f"from {len(cells)} {'cells (full matrix)' if selection.full else 'selected cells'}; "
+          f"{counts['causes']} root causes, {counts['causes_without_reason']} without a reason yet")
     return EXIT_OK
+
+
+def add_explain_options(p) -> None:
+    p.add_argument("--no-explain", action="store_true",
+                   help="do not look for root causes (chatgold explain) of cells the baseline does not know")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the root-cause cache")
+    add_reduction_limits(p)
+
+
+def add_reduction_limits(p) -> None:
+    p.add_argument("--budget", type=int, default=None, metavar="N",
+                   help="candidate renders one reduction may spend (default 1500)")
+    p.add_argument("--max-groups-per-template", dest="max_groups", type=int, default=None, metavar="N",
+                   help="reduce at most N (template, symptom) groups per template, the largest first; the other "
+                        "groups' cells are listed unexplained (default: no limit)")
 
 
 def cmd_report_merge(args) -> int:
@@ -134,6 +197,7 @@ def register(sub) -> None:
     add_outputs(p)
     p.add_argument("--no-attribution", action="store_true",
                    help="skip the evaluator's byte provenance for diverged cells")
+    add_explain_options(p)
     p.add_argument("--service", metavar="URL",
                    help="judge each rendered cell through a `chatgold serve` (which holds the goldens) instead of "
                         "the local goldens; errors, timeouts and skips stay local")
@@ -149,6 +213,9 @@ def register(sub) -> None:
     p.add_argument("--runner", required=True, metavar="R")
     add_selection(p)
     add_expectations_dir(p)
+    add_explain_options(p)
+    p.add_argument("--reexplain", action="store_true",
+                   help="explain every non-matching cell afresh (default: cells the baseline knows keep their cause)")
     p.set_defaults(func=cmd_expectations_update)
 
     report = sub.add_parser("report", help="divergence reports").add_subparsers(

@@ -82,8 +82,8 @@ def cmd_identify(args) -> int:
         runner_results,
         template_views,
     )
-    from runners.gguf_header import read_header
     from conformance.corpus.manifest import load_corpus
+    from runners.gguf_header import read_header
 
     report, note = load_report(Path(args.report) if args.report else None)
     results = runner_results(report)

@@ -31,6 +31,9 @@ def pytest_addoption(parser):
                     help="runners rendering at the same time (default 3)")
     group.addoption("--chatgold-report", default=None, metavar="DIR",
                     help="write the divergence report (JSON, JUnit, Markdown, badges, HTML) into DIR at session end")
+    group.addoption("--chatgold-no-explain", action="store_true",
+                    help="do not look for the root causes of cells an engine's baseline does not know "
+                         "(chatgold explain; cached, and only those cells)")
 
 
 def select(config):
@@ -109,6 +112,7 @@ class GateSession:
         self._jobs: dict = {}
         self._runners: dict = {}  # (spec, role) -> runner
         self._agreement_spec: Optional[str] = None
+        self._explain_lock = threading.Lock()
 
     @property
     def cells(self) -> list:
@@ -193,7 +197,22 @@ class GateSession:
         if self.config.getoption("--chatgold-report"):  # token parity is shown by the report, not gated
             with self._slots:
                 add_token_parity(runner, cells, results, judge)
+        if not self.config.getoption("--chatgold-no-explain"):
+            self.explain(spec, runner, results)
         return by_cell, results
+
+    def explain(self, spec: str, runner, results) -> None:
+        """Root causes of the cells the engine's baseline does not know (verdicts then use cause ids), and a
+        check that the baseline's known causes still reproduce. One engine at a time, one reference runner."""
+        from conformance.explain.baseline import explain_with_baseline
+        from conformance.explain.cache import ExplainCache
+        from runners import BUILTIN_RUNNERS
+
+        with self._explain_lock:
+            reference = self.runner(REFERENCE_RUNNER, role="explain")
+            explain_with_baseline(results, runner, reference, self.requests(), cache=ExplainCache(),
+                                  families={t.id: t.family for t in self.templates},
+                                  engine_builtin=spec in BUILTIN_RUNNERS)
 
     def _run_capabilities(self, runner):
         from conformance.analysis.capabilities import compute_capabilities

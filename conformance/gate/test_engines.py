@@ -32,3 +32,14 @@ def test_engine_matches_expectations(chatgold_session, chatgold_runner, chatgold
     if unexpected:
         pytest.fail(f"{chatgold_runner} on {chatgold_template}: {len(unexpected)} unexpected outcome(s)\n\n"
                     + "\n\n".join(describe_cell(r) for r in unexpected), pytrace=False)
+
+
+def test_known_causes_still_reproduce(chatgold_session, chatgold_runner):
+    """A known root cause whose reproducer no longer differs is news, not a failure: the baseline is stale."""
+    run = chatgold_session.results(chatgold_runner)
+    stale = getattr(getattr(run, "explanation", None), "stale", [])
+    if stale:
+        warnings.warn(f"{chatgold_runner}: {len(stale)} known root cause(s) no longer reproduce "
+                      f"(`chatgold expectations update --runner {chatgold_runner}`):\n"
+                      + "\n".join(f"  {c['id']} {c.get('title', '')}: {c['reason']}" for c in stale),
+                      UserWarning, stacklevel=1)

@@ -1,14 +1,23 @@
-"""Expected divergences per engine (web-platform-tests style baselines).
+"""Expected divergences per engine (web-platform-tests style baselines), by root cause.
 
 `conformance/expectations/<runner>.json` lists the cells an engine is known not to match, grouped by
-template, each as "status" or "status:fingerprint" (the fingerprint hashes the engine's output or message,
-so a known divergence whose output changes is noticed). Reasons live in `rules`: the first rule whose
-template/case/status globs match a cell explains it. The reference (hf) and the evaluator have no file:
-they must match every golden.
+template, each as "status", "status:fingerprint" or "status:fingerprint@cause" (the fingerprint hashes the
+engine's output or message, so a known divergence whose output changes is noticed; the cause is the id of a
+root cause found by `chatgold explain`). Known root causes are recorded once each, with their minimal
+reproducer, a reason written once per cause and an optional link to the engine's upstream issue. The
+reference (hf) and the evaluator have no file: they must match every golden.
 
-    {"format": 1, "runner": "minijinja",
-     "rules": [{"template": "*", "case": "*", "status": "engine-raised", "reason": "...", "link": "..."}],
-     "cells": {"<template>": {"<case>": "diverged:0123456789abcdef", "<case2>": "engine-raised:..."}}}
+    {"format": 2, "runner": "minijinja",
+     "causes": [{"id": "c-9ca88f1462", "title": "...", "reason": "...", "link": "...", "constructs": [...],
+                 "symptom": {...}, "repro": {"template": "...", "case": {...}, "bos_token": null, ...}}],
+     "status_reasons": {"skipped": "..."},
+     "cells": {"<template>": {"<case>": "diverged:0123456789abcdef@c-9ca88f1462", "*": "skipped:..."}}}
+
+Verdicts: a cell whose status and fingerprint are in the baseline is known without explaining (the fast
+path); a new or changed cell whose explained cause is a known cause is known too; otherwise it is news. A
+known cause whose reproducer no longer differs is news as well: an unexpected pass (conformance/explain/
+baseline.py checks). Format 1 files (per-status reason rules, no causes) are still read; `chatgold
+expectations update` writes format 2, carrying reasons and links forward by cause id.
 """
 from __future__ import annotations
 
@@ -25,7 +34,8 @@ from conformance.judge.status import PASSING, STATUSES, CellResult, Verdict
 EXPECTATIONS_DIR = PACKAGE_DIR / "expectations"
 # Tests and experiments point the gate at another baseline directory without touching the committed one.
 EXPECTATIONS_DIR_ENV = "CHATGOLD_EXPECTATIONS_DIR"
-FORMAT = 1
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
 # A template's "*" entry covers every case not listed: written only when every case of the template is a
 # known non-match (an engine that skips or refuses a whole template), which keeps such baselines tiny.
 TEMPLATE_DEFAULT = "*"
@@ -42,31 +52,82 @@ class Expectation:
     fingerprint: Optional[str]
     reason: str = ""
     link: str = ""
+    cause: Optional[str] = None
+
+
+@dataclass
+class KnownCause:
+    """A root cause the baseline knows: its id, a reason written once, an optional upstream link, and the
+    minimal reproducer (template, case, special tokens) with the symptom it showed."""
+
+    id: str
+    title: str = ""
+    reason: str = ""
+    link: str = ""
+    constructs: list = field(default_factory=list)
+    symptom: Optional[dict] = None
+    repro: Optional[dict] = None
+
+    def to_dict(self) -> dict:
+        data = {"id": self.id, "title": self.title, "reason": self.reason}
+        if self.link:
+            data["link"] = self.link
+        data["constructs"] = list(self.constructs)
+        if self.symptom is not None:
+            data["symptom"] = self.symptom
+        if self.repro is not None:
+            data["repro"] = self.repro
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "KnownCause":
+        return cls(data["id"], data.get("title", ""), data.get("reason", ""), data.get("link", ""),
+                   list(data.get("constructs", [])), data.get("symptom"), data.get("repro"))
+
+
+def parse_value(value: str) -> tuple[str, Optional[str], Optional[str]]:
+    """"status[:fingerprint][@cause]" -> (status, fingerprint, cause)."""
+    value, _, cause = value.partition("@")
+    status, _, fp = value.partition(":")
+    return status, fp or None, cause or None
 
 
 @dataclass
 class Expectations:
     runner: str
-    cells: dict = field(default_factory=dict)   # template -> case -> "status[:fingerprint]"
-    rules: list = field(default_factory=list)
+    cells: dict = field(default_factory=dict)   # template -> case -> "status[:fingerprint][@cause]"
+    rules: list = field(default_factory=list)   # format 1 only: per-status reason rules
     path: Optional[Path] = None
+    causes: dict = field(default_factory=dict)  # cause id -> KnownCause
+    status_reasons: dict = field(default_factory=dict)  # status -> reason, for cells without a cause
 
     def get(self, template_id: str, case_id: str) -> Optional[Expectation]:
         cases = self.cells.get(template_id, {})
         value = cases.get(case_id, cases.get(TEMPLATE_DEFAULT))
         if value is None:
             return None
-        status, _, fp = value.partition(":")
+        status, fp, cause = parse_value(value)
+        known = self.causes.get(cause) if cause else None
+        if known is not None:
+            return Expectation(status, fp, known.reason or known.title, known.link, cause)
         reason, link = self.reason_for(template_id, case_id, status)
-        return Expectation(status, fp or None, reason, link)
+        return Expectation(status, fp, reason, link, cause)
+
+    def for_cause(self, cause_id: str, status: str) -> Optional[Expectation]:
+        """The expectation a cell not in the baseline gets when its explained cause is a known one."""
+        known = self.causes.get(cause_id)
+        if known is None:
+            return None
+        return Expectation(status, None, known.reason or known.title, known.link, cause_id)
 
     def reason_for(self, template_id: str, case_id: str, status: str) -> tuple[str, str]:
+        """The reason of a cell without a known cause: the first matching rule, else the status's reason."""
         for rule in self.rules:
             if (fnmatch.fnmatchcase(template_id, rule.get("template", "*"))
                     and fnmatch.fnmatchcase(case_id, rule.get("case", "*"))
                     and fnmatch.fnmatchcase(status, rule.get("status", "*"))):
                 return rule.get("reason", ""), rule.get("link", "")
-        return "", ""
+        return self.status_reasons.get(status, ""), ""
 
     def __len__(self) -> int:
         return sum(len(cases) for cases in self.cells.values())
@@ -109,39 +170,61 @@ def load_expectations(runner_name: str, directory: Optional[Path] = None) -> Exp
 
 
 def _parse(data, path: Path, runner_name: str) -> Expectations:
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise ExpectationsError(f"{path}: expected an object with \"format\": {FORMAT}")
+    if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
+        raise ExpectationsError(f"{path}: expected an object with \"format\": {FORMAT} (or 1)")
     cells, rules = data.get("cells", {}), data.get("rules", [])
     if not isinstance(cells, dict) or not isinstance(rules, list):
         raise ExpectationsError(f"{path}: \"cells\" must be an object and \"rules\" a list")
     for rule in rules:
         if not isinstance(rule, dict) or not isinstance(rule.get("reason", ""), str):
             raise ExpectationsError(f"{path}: every rule must be an object with a string \"reason\": {rule!r}")
+    causes = {}
+    raw_causes = data.get("causes", [])
+    if not isinstance(raw_causes, list):
+        raise ExpectationsError(f"{path}: \"causes\" must be a list")
+    for entry in raw_causes:
+        if not isinstance(entry, dict) or not isinstance(entry.get("id"), str) \
+                or not isinstance(entry.get("reason", ""), str):
+            raise ExpectationsError(f"{path}: every cause must be an object with a string \"id\" and \"reason\": "
+                                    f"{str(entry)[:200]}")
+        if entry["id"] in causes:
+            raise ExpectationsError(f"{path}: cause {entry['id']} is listed twice")
+        causes[entry["id"]] = KnownCause.from_dict(entry)
+    status_reasons = data.get("status_reasons", {})
+    if not isinstance(status_reasons, dict):
+        raise ExpectationsError(f"{path}: \"status_reasons\" must map statuses to reasons")
     for template_id, cases in cells.items():
         if not isinstance(cases, dict):
             raise ExpectationsError(f"{path}: cells[{template_id!r}] must map case ids to \"status[:fingerprint]\"")
         for case_id, value in cases.items():
             if not isinstance(case_id, str):
                 raise ExpectationsError(f"{path}: cells[{template_id!r}]: case ids must be strings")
-            status = value.partition(":")[0] if isinstance(value, str) else None
+            status, _, cause = parse_value(value) if isinstance(value, str) else (None, None, None)
             if status not in STATUSES or status in PASSING:
                 raise ExpectationsError(f"{path}: cells[{template_id!r}][{case_id!r}] = {value!r}: status must be "
                                         f"one of {', '.join(s for s in STATUSES if s not in PASSING)}")
-    return Expectations(data.get("runner", runner_name), cells, rules, path)
+            if cause is not None and cause not in causes:
+                raise ExpectationsError(f"{path}: cells[{template_id!r}][{case_id!r}] = {value!r}: cause {cause} is "
+                                        f"not among the file's causes")
+    return Expectations(data.get("runner", runner_name), cells, rules, path, causes, dict(status_reasons))
 
 
-def verdict(result: CellResult, expectation: Optional[Expectation]) -> Verdict:
+def verdict(result: CellResult, expectation: Optional[Expectation], known_causes=()) -> Verdict:
+    """The verdict of a judged cell against its expectation; a cell that is new or changed but whose explained
+    cause (extra["cause"]) is one of `known_causes` is known."""
     if not result.status.judged:
         return Verdict.NOT_RUN  # skipped or without a golden: counted and shown, never a pass or a failure
     if result.passed:
         return Verdict.UNEXPECTED_PASS if expectation else Verdict.EXPECTED_PASS
+    cause = result.extra.get("cause")
+    known = cause is not None and cause in known_causes
     if expectation is None:
-        return Verdict.UNEXPECTED_FAIL
+        return Verdict.EXPECTED_FAIL if known else Verdict.UNEXPECTED_FAIL
     if expectation.status != result.status:
-        return Verdict.CHANGED
+        return Verdict.EXPECTED_FAIL if known else Verdict.CHANGED
     current = result.extra.get("fingerprint")
     if expectation.fingerprint and current and expectation.fingerprint != current:
-        return Verdict.CHANGED
+        return Verdict.EXPECTED_FAIL if known else Verdict.CHANGED
     return Verdict.EXPECTED_FAIL
 
 
@@ -174,6 +257,13 @@ def describe_cell(result: CellResult) -> str:
                          f"{attribution['source_line'].strip()[:200]}")
         else:
             lines.append(f"  {attribution.get('unavailable')}")
+    cause = result.extra.get("cause")
+    if cause:
+        known = expectation is not None and expectation.cause == cause
+        lines.append(f"  root cause {cause}{' (known)' if known else ' (new)'}: {result.extra.get('cause_title', '')}")
+        repro = result.extra.get("cause_repro")
+        if repro:
+            lines.append("  minimal reproducer: " + repro)
     if expectation is not None and expectation.reason:
         lines.append(f"  expectation's reason: {expectation.reason}"
                      + (f" ({expectation.link})" if expectation.link else ""))
@@ -192,11 +282,17 @@ DEFAULT_REASONS = {
 }
 
 
+GENERATED_RULE = "(recorded by `chatgold expectations update`)"
+UNEXPLAINED_REASON = "not reduced to a root cause (`chatgold explain` says why)"
+
+
 def update_expectations(runner_name: str, results: Iterable[CellResult], selected: Optional[set] = None,
-                        directory: Optional[Path] = None) -> tuple[Expectations, dict]:
-    """Rewrite the baseline from fresh results. With `selected` ((template, case) pairs), only those cells
-    change; the rest of the file is kept. Rules are kept; a generic rule per status is added when none
-    explains it. Returns the new baseline and counts of added/removed/changed cells."""
+                        directory: Optional[Path] = None, causes: Optional[dict] = None) -> tuple[Expectations, dict]:
+    """Rewrite the baseline from fresh results, in format 2. With `selected` ((template, case) pairs), only those
+    cells change; the rest of the file is kept. A result's explained cause (extra["cause"]) is recorded with
+    the cell; `causes` (cause id -> the explanation's cause record: title, constructs, symptom, repro) gives
+    the known causes' new records, whose reasons and links are carried forward from the old file by id.
+    Returns the new baseline and counts of added/removed/changed cells and of causes without a reason."""
     if runner_name in STRICT_RUNNERS:
         raise ExpectationsError(f"{runner_name} must match every golden; it has no expectations to update")
     from conformance.corpus.cases import load_cases
@@ -212,22 +308,62 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
         if result.passed or not result.status.judged:
             continue
         fp = result.extra.get("fingerprint")
-        cells.setdefault(result.template_id, {})[result.case_id] = result.status + (f":{fp}" if fp else "")
+        cause = result.extra.get("cause")
+        cells.setdefault(result.template_id, {})[result.case_id] = (
+            result.status + (f":{fp}" if fp else "") + (f"@{cause}" if cause else ""))
+    fresh = dict(causes or {})
+    known: dict = {}
+    for template_id, cases in cells.items():
+        for case_id, value in list(cases.items()):
+            status, fp, cause = parse_value(value)
+            if cause is None or cause in known:
+                continue
+            record = fresh.get(cause)
+            previous = old.causes.get(cause)
+            if record is not None:
+                entry = KnownCause(cause, record.get("title", ""), previous.reason if previous else "",
+                                   previous.link if previous else "", list(record.get("constructs", [])),
+                                   record.get("symptom"), _baseline_repro(record.get("repro")))
+            elif previous is not None:
+                entry = previous
+            else:  # a cause nobody describes: keep the cell, drop the dangling id
+                cases[case_id] = status + (f":{fp}" if fp else "")
+                continue
+            known[cause] = entry
     cells = {t: dict(sorted(c.items())) for t, c in sorted(cells.items()) if c}
     before = {(t, c): v for t, cs in old_cells.items() for c, v in cs.items()}
     after = {(t, c): v for t, cs in cells.items() for c, v in cs.items()}
     cells = compact_cells(cells, case_ids)
-    rules = list(old.rules)
-    used = {v.partition(":")[0] for c in cells.values() for v in c.values()}
-    for status in sorted(used):
-        if not any(fnmatch.fnmatchcase(status, r.get("status", "*")) for r in rules):
-            rules.append({"template": "*", "case": "*", "status": status,
-                          "reason": f"{DEFAULT_REASONS[status]} (recorded by `chatgold expectations update`)"})
-    new = Expectations(runner_name, cells, rules, expectations_path(runner_name, directory))
+    rules = [rule for rule in old.rules if GENERATED_RULE not in rule.get("reason", "")]
+    status_reasons = dict(old.status_reasons)
+    for rule in old.rules:  # a format 1 file's hand-written catch-all reasons become status reasons
+        if (rule.get("template", "*"), rule.get("case", "*")) == ("*", "*") and GENERATED_RULE not in rule.get(
+                "reason", "") and "*" not in rule.get("status", "*"):
+            status_reasons.setdefault(rule["status"], rule["reason"])
+    for value in after.values():
+        status, _, cause = parse_value(value)
+        if cause is None and status not in status_reasons and not any(
+                fnmatch.fnmatchcase(status, r.get("status", "*")) for r in rules):
+            status_reasons[status] = UNEXPLAINED_REASON if status in _NON_MATCHING else DEFAULT_REASONS[status]
+    ordered = dict(sorted(known.items(), key=lambda kv: kv[0]))
+    new = Expectations(runner_name, cells, rules, expectations_path(runner_name, directory), ordered,
+                       dict(sorted(status_reasons.items())))
     counts = {"added": len(after.keys() - before.keys()), "removed": len(before.keys() - after.keys()),
-              "changed": sum(1 for k in after.keys() & before.keys() if after[k] != before[k]), "total": len(after)}
+              "changed": sum(1 for k in after.keys() & before.keys() if after[k] != before[k]), "total": len(after),
+              "causes": len(ordered), "causes_without_reason": sum(1 for c in ordered.values() if not c.reason)}
     write_expectations(new)
     return new, counts
+
+
+_NON_MATCHING = ("diverged", "engine-raised", "engine-rendered", "raised-differently")
+
+
+def _baseline_repro(repro: Optional[dict]) -> Optional[dict]:
+    """What a baseline keeps of a reproducer: enough to render it again and to show both sides."""
+    if not repro:
+        return None
+    keep = ("template", "case", "bos_token", "eos_token", "reference", "engine")
+    return {k: repro[k] for k in keep if k in repro}
 
 
 def compact_cells(cells: dict, case_ids: list) -> dict:
@@ -246,17 +382,22 @@ def compact_cells(cells: dict, case_ids: list) -> dict:
 
 
 def write_expectations(expectations: Expectations) -> Path:
-    """One template per line: compact, and diffs stay readable."""
+    """Format 2, one cause and one template per line: compact, and diffs stay readable."""
     from conformance.judge.goldens import atomic_write
 
     path = expectations.path or expectations_path(expectations.runner)
     path.parent.mkdir(parents=True, exist_ok=True)
     dump = lambda value: json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    parts = ['{"format": %d,' % FORMAT, ' "runner": %s,' % dump(expectations.runner), ' "rules": [']
-    parts.append(",\n".join("  " + dump(rule) for rule in expectations.rules))
-    parts.append(' ],\n "cells": {')
+    parts = ['{"format": %d,' % FORMAT, ' "runner": %s,' % dump(expectations.runner), ' "causes": [']
+    parts.append(",\n".join("  " + dump(cause.to_dict()) for cause in expectations.causes.values()))
+    parts.append(' ],\n "status_reasons": %s,' % dump(expectations.status_reasons))
+    if expectations.rules:
+        parts.append(' "rules": [')
+        parts.append(",\n".join("  " + dump(rule) for rule in expectations.rules))
+        parts.append(' ],')
+    parts.append(' "cells": {')
     parts.append(",\n".join(f"  {dump(t)}: {dump(c)}" for t, c in sorted(expectations.cells.items())))
     parts.append(" }\n}\n")
-    atomic_write(path, "\n".join(parts).encode("utf-8"))
+    atomic_write(path, "\n".join(parts).encode("utf-8", "surrogatepass"))
     path.chmod(0o644)  # mkstemp creates 0600; the baseline is an ordinary committed file
     return path

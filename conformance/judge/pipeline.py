@@ -19,6 +19,7 @@ from conformance.judge.goldens import ENCODING_ERRORS, Golden, GoldenStore
 from conformance.judge.status import (
     CellResult,
     Status,
+    Verdict,
     count_statuses,
     figure,
     result_for,
@@ -182,11 +183,18 @@ class RunnerResults:
 
 
 def apply_expectations(results: Iterable[CellResult], expectations: Expectations) -> None:
-    """Give every result its verdict (and the expectation it was held against)."""
+    """Give every result its verdict (and the expectation it was held against). A cell the baseline does not
+    know as it is, but whose explained root cause (extra["cause"]) the baseline knows, is held against that
+    cause."""
     for result in results:
         expectation = expectations.get(result.template_id, result.case_id)
+        result.verdict = verdict(result, expectation, expectations.causes)
+        cause = result.extra.get("cause")
+        if (cause and result.verdict == Verdict.EXPECTED_FAIL
+                and (expectation is None or expectation.status != result.status
+                     or (expectation.fingerprint or None) not in (None, result.extra.get("fingerprint")))):
+            expectation = expectations.for_cause(cause, str(result.status))
         result.expectation = expectation
-        result.verdict = verdict(result, expectation)
 
 
 def render(runner, cells: Sequence[Cell], progress: Optional[Callable[[int, int], None]] = None) -> list:

@@ -29,6 +29,7 @@ from conformance.judge.status import (
 from conformance.report.templates import finalize_views, merge_views, template_views
 
 REPORT_FORMAT = 2
+EXPLAINED_STATUSES = ("diverged", "raised-differently", "engine-raised", "engine-rendered")
 MESSAGE_LIMIT = 1000
 OUTPUT_LIMIT = 2000   # rendered outputs of engine-rendered cells kept in a record
 CELLS_SUFFIX = ".cells.jsonl.gz"
@@ -129,6 +130,18 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
         if "construct" in attribution:
             blamed[attribution["construct"]] += 1
             blamed_lines[attribution["construct"]][f"{result.template_id}:{attribution['line']}"] += 1
+    explanation = getattr(run, "explanation", None)
+    # Causal attribution: with an explanation, a non-matching cell counts against the constructs of its root
+    # cause only, not against every construct its template uses.
+    blamed_on: dict = defaultdict(lambda: defaultdict(_table_row))  # template -> construct -> failing tally
+    if explanation is not None:
+        cause_constructs = {cause.id: cause.constructs for cause in explanation.causes}
+        for result in run.results:
+            cause = result.extra.get("cause")
+            if cause in cause_constructs:
+                for construct in cause_constructs[cause]:
+                    row = blamed_on[result.template_id][construct]
+                    _bump(row, result.status)
     constructs: dict = defaultdict(_table_row)
     notes = set()
     for template_id, tally in per_template.items():
@@ -140,8 +153,15 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
             if construct.startswith(SKIPPED_CONSTRUCT_FAMILIES):
                 continue
             row = constructs[construct]
-            for key in row:
-                row[key] += tally[key]
+            if explanation is None:
+                for key in row:
+                    row[key] += tally[key]
+                continue
+            failing = blamed_on[template_id].get(construct, _table_row())
+            row["cells"] += tally["cells"]
+            row["judged"] += tally["judged"]
+            row["matches"] += tally["judged"] - failing["judged"]
+            row["diverged"] += failing["diverged"]
     counts = run.counts()
     section = {
         "runner": {k: v for k, v in run.info.items() if k != "template_facts"},
@@ -160,6 +180,12 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
         "passed": {t: sorted(c) for t, c in sorted(passed.items())},
         **template_views(run),
     }
+    if explanation is not None:
+        section["constructs_basis"] = "cause"
+        section["causes"] = [cause.to_dict() for cause in explanation.causes]
+        section["unexplained"] = list(explanation.unexplained)
+        section["stale_causes"] = list(getattr(explanation, "stale", []))
+        section["explain_stats"] = dict(explanation.stats)
     return section, records
 
 
@@ -218,6 +244,14 @@ def finalize(report: Report) -> Report:
                 row["conformance"] = round(100.0 * row["matches"] / row["judged"], 2) if row["judged"] else None
         section["unexpected"] = sum(section["verdicts"].get(str(v), 0) for v in Verdict if v.failing)
         unexpected += section["unexpected"]
+        for cause in section.get("causes", ()):
+            cause["templates"] = len({template for template, _ in cause["cells"]})
+            if fig["judged"]:
+                after = 100.0 * min(fig["judged"], fig["passed"] + len(cause["cells"])) / fig["judged"]
+                cause["conformance_if_fixed"] = round(after, 2)
+                cause["gain"] = round(after - 100.0 * fig["passed"] / fig["judged"], 2)
+        if section.get("causes"):
+            section["causes"].sort(key=lambda c: (-len(c["cells"]), c["id"]))
         finalize_views(section)
     report.data["unexpected"] = unexpected
     report.data["cell_records"] = len(report.cells)
@@ -258,6 +292,8 @@ def merge_reports(reports: Iterable[Report]) -> Report:
             for construct, lines in section["blamed_lines"].items():
                 into["blamed_lines"].setdefault(construct, Counter()).update(lines)
             into["notes"] = sorted(set(into["notes"]) | set(section["notes"]))
+            if "causes" in section:
+                _merge_causes(into, section)
             into["unexpected_cells"].extend(section["unexpected_cells"])
             into["records"] += section["records"]
             overlap = into["passed"].keys() & section["passed"].keys()
@@ -278,6 +314,26 @@ def merge_reports(reports: Iterable[Report]) -> Report:
         merged["capability_agreement"] = agreement
     cells.sort(key=lambda c: (c["runner"], c["template"], c["case"]))
     return finalize(Report(merged, cells))
+
+
+def _merge_causes(into: dict, section: dict) -> None:
+    """Shards hold disjoint templates: a cause's cells concatenate; its reproducer is the first shard's."""
+    into["constructs_basis"] = section.get("constructs_basis", "cause")
+    causes = {cause["id"]: cause for cause in into.setdefault("causes", [])}
+    for cause in section["causes"]:
+        if cause["id"] in causes:
+            causes[cause["id"]]["cells"] = causes[cause["id"]]["cells"] + cause["cells"]
+            for status, n in cause.get("statuses", {}).items():
+                counts = causes[cause["id"]].setdefault("statuses", {})
+                counts[status] = counts.get(status, 0) + n
+        else:
+            causes[cause["id"]] = dict(cause)
+    into["causes"] = list(causes.values())
+    into.setdefault("unexplained", []).extend(section.get("unexplained", []))
+    stale = {entry["id"]: entry for entry in into.setdefault("stale_causes", [])}
+    for entry in section.get("stale_causes", []):
+        stale.setdefault(entry["id"], entry)
+    into["stale_causes"] = list(stale.values())
 
 
 def check_report(report: Report) -> None:
@@ -306,6 +362,16 @@ def check_report(report: Report) -> None:
         for status, n in section["counts"].items():
             if status not in PASSING and found.get(status, 0) != n:
                 raise ValueError(f"{name}: {found.get(status, 0)} {status} records for {n} {status} cells")
+        if "causes" in section:
+            # every non-matching cell under exactly one cause or unexplained
+            placed = Counter((t, c) for cause in section["causes"] for t, c in cause["cells"])
+            placed.update((u["template"], u["case"]) for u in section.get("unexplained", []))
+            wanted = {(r["template"], r["case"]) for r in records if r["status"] in EXPLAINED_STATUSES}
+            twice = [cell for cell, n in placed.items() if n > 1]
+            if twice or set(placed) != wanted:
+                raise ValueError(f"{name}: causes and unexplained cells do not cover each non-matching cell once "
+                                 f"({len(twice)} placed twice, {len(wanted - set(placed))} missing, "
+                                 f"{len(set(placed) - wanted)} not non-matching)")
 
 
 def cells_path(json_path) -> Path:

@@ -34,6 +34,8 @@ mark.first{background:#c62828;color:#fff}
 .blame{background:#fff59d;display:block}
 .lineno{color:#999;user-select:none}
 .note{color:#6d4c41}
+details.cause{border:1px solid #bbb;margin:.5em 0;padding:.3em .6em}
+ul.cells{columns:2;font-size:12px}
 """
 
 
@@ -122,6 +124,71 @@ def _refusals(cell: dict) -> str:
             f'<div><b>{escape(engine_label)}</b><pre>{show(engine or "")}</pre></div></div>')
 
 
+MAX_CAUSES = 100         # causes shown per runner; the JSON holds them all
+MAX_CAUSE_CELLS = 60    # affected cells listed per cause
+
+
+def _outcome(label: str, outcome: dict) -> str:
+    if outcome.get("kind") == "rendered":
+        return f"<div><b>{escape(label)} rendered</b><pre>{show(outcome.get('text', ''))}<span class=\"ws\">⟨end⟩</span></pre></div>"
+    kind = outcome.get("refusal") or outcome.get("kind", "")
+    return (f"<div><b>{escape(label)} refused ({escape(str(kind))})</b>"
+            f"<pre>{show(outcome.get('message', ''))}</pre></div>")
+
+
+def _cause_detail(name: str, rank: int, cause: dict) -> str:
+    repro = cause["repro"]
+    cells = cause["cells"]
+    listed = "".join(f"<li><code>{escape(t)}</code> × <code>{escape(c)}</code></li>" for t, c in cells[:MAX_CAUSE_CELLS])
+    if len(cells) > MAX_CAUSE_CELLS:
+        listed += f"<li>… and {len(cells) - MAX_CAUSE_CELLS} more (the JSON report lists every cell)</li>"
+    statuses = ", ".join(f"{s} {n}" for s, n in sorted(cause.get("statuses", {}).items()))
+    reason = cause.get("reason")
+    link = cause.get("link")
+    case = json.dumps(repro["case"], ensure_ascii=False, indent=1)
+    tokens = ", ".join(f"{k} {json.dumps(repro.get(k))}" for k in ("bos_token", "eos_token"))
+    confirmed = "rendered again on both sides: still differs" if repro.get("confirmed") else "not confirmed"
+    return (f'<details class="cause" id="cause-{escape(name)}-{escape(cause["id"])}"><summary><b>{rank}.</b> '
+            f'{escape(cause["title"])} — <b>+{cause["gain"]:.2f}</b> points '
+            f'({len(cells)} cells in {cause["templates"]} template(s); <code>{escape(cause["id"])}</code>)</summary>'
+            + (f'<p>{escape(reason)}' + (f' (<a href="{escape(link)}">{escape(link)}</a>)' if link else "") + "</p>"
+               if reason else "")
+            + f'<p class="note">{escape(statuses)}; constructs: {escape(", ".join(cause["constructs"]))}; '
+              f'reproducer: {repro.get("lines", "?")} line(s), {repro.get("messages", "?")} message(s), {confirmed}; '
+              f'{escape(tokens)}</p>'
+            f'<div class="side"><div><b>template</b><pre>{show(repro["template"])}</pre></div>'
+            f'<div><b>case</b><pre>{escape(case)}</pre></div></div>'
+            f'<div class="side">{_outcome("reference", repro["reference"])}{_outcome("engine", repro["engine"])}</div>'
+            f'<p>affected cells:</p><ul class="cells">{listed}</ul></details>')
+
+
+def _causes(name: str, section: dict) -> str:
+    causes = section.get("causes")
+    if causes is None:
+        return ""
+    stats = section.get("explain_stats", {})
+    unexplained = section.get("unexplained", [])
+    head = (f'<h3 id="causes-{escape(name)}">{escape(name)}: {len(causes)} root cause(s), ranked by the conformance '
+            f'fixing each alone would gain; {len(unexplained)} cell(s) unexplained</h3>')
+    if stats.get("median_lines") is not None:
+        head += (f'<p class="note">median reproducer: {stats["median_lines"]} template line(s), '
+                 f'{stats.get("median_messages")} message(s)</p>')
+    parts = [head]
+    parts.extend(_cause_detail(name, rank, cause) for rank, cause in enumerate(causes[:MAX_CAUSES], 1))
+    if len(causes) > MAX_CAUSES:
+        parts.append(f'<p class="note">… {len(causes) - MAX_CAUSES} more causes in the JSON report</p>')
+    reasons: dict = {}
+    for entry in unexplained:
+        reasons[entry["reason"]] = reasons.get(entry["reason"], 0) + 1
+    if reasons:
+        parts.append("<p>unexplained cells:</p><ul>" + "".join(
+            f"<li>{n}: {escape(reason)}</li>" for reason, n in sorted(reasons.items(), key=lambda kv: -kv[1])) + "</ul>")
+    for entry in section.get("stale_causes", []):
+        parts.append(f'<p class="note">known cause <code>{escape(entry["id"])}</code> ({escape(entry.get("title", ""))}) '
+                     f'no longer reproduces: {escape(entry["reason"])}</p>')
+    return "".join(parts)
+
+
 def _cell_detail(name: str, cell: dict, open_: bool) -> str:
     unexpected = cell["verdict"] in UNEXPECTED
     reason = (cell.get("expected") or {}).get("reason", "")
@@ -138,6 +205,9 @@ def _cell_detail(name: str, cell: dict, open_: bool) -> str:
         body = _refusals(cell)
     if cell.get("note"):
         body = f'<p class="note">{escape(cell["note"])}</p>' + body
+    if cell.get("cause"):
+        body = (f'<p>root cause: <a href="#cause-{escape(name)}-{escape(cell["cause"])}">'
+                f'<code>{escape(cell["cause"])}</code></a></p>') + body
     return (f'<details{" open" if open_ else ""} class="cell{" unexpected" if unexpected else ""}" '
             f'data-cell="{escape(name)}/{escape(cell["template"])}/{escape(cell["case"])}">'
             f'<summary><code>{escape(cell["template"])}</code> × <code>{escape(cell["case"])}</code> — '
@@ -219,8 +289,12 @@ def render_html(report) -> str:
         + '<table id="summary"><tr><th>runner</th><th>conformance</th><th>ran</th><th>cells</th><th>diverged</th>'
           '<th>refused differently</th><th>not run</th><th>new</th><th>changed</th><th>now passing</th>'
           '<th>top causes</th></tr>' + "".join(summary_rows) + "</table>"
+        + ("<h2>Root causes</h2>" + "".join(_causes(name, s) for name, s in report["runners"].items())
+           if any("causes" in s for s in report["runners"].values()) else "")
         + _matrix(report, "features", "Conformance by case feature")
-        + _matrix(report, "constructs", "Conformance by Jinja construct")
+        + _matrix(report, "constructs", "Conformance by Jinja construct"
+                  + (" (a cell counts against the constructs of its root cause)"
+                     if any(s.get("constructs_basis") == "cause" for s in report["runners"].values()) else ""))
         + _capability_agreement(report)
         + templates.html_section(report)
         + "<h2>Cells that are not a pass</h2>"

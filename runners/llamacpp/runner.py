@@ -126,6 +126,9 @@ class LlamaCppRunner(Runner):
         self._clock_checked = False
         self._clock_problem: Optional[str] = None
         self._libfaketime: Optional[Path] = None
+        # Servers kept running after render_many returns, least recently used stopped first (a reducer renders
+        # many small batches of the same templates); 0: a template's server stops as soon as its cells are done.
+        self.idle_servers = 0
         self.server_starts = 0
         self.restarts = 0
         self.start_seconds = 0.0
@@ -225,7 +228,7 @@ class LlamaCppRunner(Runner):
             if keep and not self._closed and server.alive():
                 self._idle.setdefault(key, []).append(server)
                 self._idle.move_to_end(key)
-                while sum(len(v) for v in self._idle.values()) > self.workers:
+                while sum(len(v) for v in self._idle.values()) > max(self.workers, self.idle_servers):
                     _, oldest = self._idle.popitem(last=False)
                     evicted.extend(oldest)
             else:
@@ -430,11 +433,12 @@ class LlamaCppRunner(Runner):
                     except Exception as exc:  # a failed closing check costs its fact, never the cells
                         print(f"{self.name}: closing check failed: {type(exc).__name__}: {exc}")
             finally:
-                # this group's server is done: stop it now rather than keeping it idle
-                with self._lock:
-                    servers = self._idle.pop(key, [])
-                for server in servers:
-                    server.stop()
+                # this group's server is done: stop it now rather than keeping it idle (unless asked to keep some)
+                if not self.idle_servers:
+                    with self._lock:
+                        servers = self._idle.pop(key, [])
+                    for server in servers:
+                        server.stop()
                 for index in indices:
                     if results[index] is None:
                         results[index] = Errored("llamacpp: cell not rendered (interrupted)")

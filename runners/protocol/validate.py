@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Optional, Sequence
 
-from ..base import Errored, Raised, Rendered, Skipped
+from ..base import Errored, Raised, Rendered, RenderRequest, Skipped
 from . import ProtocolError
 
 SCHEMA_DIR = os.path.dirname(os.path.abspath(__file__))

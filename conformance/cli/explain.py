@@ -1,0 +1,130 @@
+"""`chatgold explain`: the root cause of every non-matching cell, as a confirmed minimal reproducer, clustered
+and ranked by what fixing it is worth (docs/explain.md)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from conformance.cli.check import (
+    add_expectations_dir,
+    add_reduction_limits,
+    add_selection,
+    open_runner,
+    selection_from_args,
+)
+from conformance.cli.common import EXIT_OK, progress_printer
+
+EXPLAIN_TIMEOUT = 10.0
+
+
+def open_explain_runners(spec: str, args):
+    """The engine (as `chatgold check` opens it) and the reference, both out of process."""
+    from runners import REFERENCE_RUNNER, get_runner
+
+    engine = open_runner(spec, args)
+    try:
+        reference = get_runner(REFERENCE_RUNNER, workers=args.workers, timeout=args.timeout)
+    except BaseException:
+        engine.close()
+        raise
+    return engine, reference
+
+
+def explain_run(run, engine, reference, selection, cells, spec: str, cache=True, budget=None, progress=None,
+                only=None, max_groups=None):
+    """Explain one runner's judged results (judge.pipeline.RunnerResults) and record each cell's cause."""
+    from conformance.explain import explain
+    from conformance.explain.cache import ExplainCache
+    from conformance.explain.reduce import DEFAULT_BUDGET
+    from conformance.judge.pipeline import requests_by_cell
+    from runners import BUILTIN_RUNNERS
+
+    families = {t.id: t.family for t in selection.templates}
+    explanation = explain(run, engine, reference, requests_by_cell(cells), cache=ExplainCache() if cache else None,
+                          families=families, budget=budget or DEFAULT_BUDGET, engine_builtin=spec in BUILTIN_RUNNERS,
+                          progress=progress, only=only, max_groups=max_groups,
+                          log=lambda line: print(line, file=sys.stderr, flush=True))
+    explanation.annotate(run.results)
+    run.explanation = explanation
+    return explanation
+
+
+def describe_causes(explanation, limit: int = 20) -> str:
+    lines = []
+    stats = explanation.stats
+    lines.append(f"{explanation.runner.get('name')}: {len(explanation.causes)} root cause(s) for "
+                 f"{stats['cells']} non-matching cell(s); {len(explanation.unexplained)} unexplained "
+                 f"({stats['groups']} groups: {stats['reduced']} reduced, {stats['cached']} cached; "
+                 f"{stats['renders']} renders per side; {stats['seconds']:.1f} s)")
+    for rank, cause in enumerate(explanation.causes[:limit], 1):
+        repro = cause.repro()
+        lines.append(f"{rank:3d}. {cause.id}  +{cause.gain:.2f} pts  {len(cause.cells)} cells in {cause.templates} "
+                     f"template(s)  [{repro['lines']} line(s), {repro['messages']} message(s)]  {cause.title}")
+    if len(explanation.causes) > limit:
+        lines.append(f"     ... {len(explanation.causes) - limit} more (see --json / --html)")
+    reasons: dict = {}
+    for entry in explanation.unexplained:
+        reasons[entry["reason"]] = reasons.get(entry["reason"], 0) + 1
+    for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:5]:
+        lines.append(f"     unexplained: {count} cell(s): {reason[:160]}")
+    return "\n".join(lines)
+
+
+def write_explanation(explanation, selection, path) -> Path:
+    from conformance.judge.goldens import atomic_write
+
+    data = explanation.to_dict()
+    data["selection"] = selection.describe()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(data, ensure_ascii=False, indent=1).encode("utf-8", "surrogatepass"))
+    path.chmod(0o644)
+    return path
+
+
+def cmd_explain(args) -> int:
+    from conformance.judge.goldens import GoldenStore
+    from conformance.judge.pipeline import GoldenJudge, run
+    from conformance.report import build_report, write_outputs
+
+    selection = selection_from_args(args)
+    cells = selection.cells()
+    engine, reference = open_explain_runners(args.runner, args)
+    try:
+        results = run(engine, cells, GoldenJudge(GoldenStore()), args.expectations, progress_printer(args.runner))
+        explanation = explain_run(results, engine, reference, selection, cells, args.runner, cache=not args.no_cache,
+                                  budget=args.budget, progress=progress_printer("explain"), max_groups=args.max_groups)
+    finally:
+        engine.close()
+        reference.close()
+    print(describe_causes(explanation, args.top))
+    if args.json:
+        print(f"wrote {write_explanation(explanation, selection, args.json)}", file=sys.stderr)
+    if args.markdown or args.html:
+        report = build_report([results], selection.describe(), selection.metadata())
+        for path in write_outputs(report, markdown_path=args.markdown, html_path=args.html):
+            print(f"wrote {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+def register(sub) -> None:
+    p = sub.add_parser("explain", help="find the root cause of every non-matching cell (minimal reproducers)",
+                       description="Render the selection through the runner, then reduce every non-matching cell "
+                                   "(diverged, engine-raised, engine-rendered, raised-differently) to a minimal "
+                                   "template and case on which the engine still differs from the reference in the "
+                                   "same way, every step a real render on both sides; cluster the reproducers into "
+                                   "root causes and rank them by the conformance fixing each would gain. Reductions "
+                                   "are cached (~/.cache/chatgold/explain), so a second run costs seconds.")
+    p.add_argument("--runner", required=True, metavar="R",
+                   help="runner spec: a name (see `chatgold engines list`) or command:'<argv>'")
+    add_selection(p)
+    p.set_defaults(timeout=EXPLAIN_TIMEOUT)
+    add_expectations_dir(p)
+    p.add_argument("--json", metavar="PATH", help="the explanation as JSON (conformance/schemas/explain.schema.json)")
+    p.add_argument("--markdown", metavar="PATH", help="Markdown summary with the top causes")
+    p.add_argument("--html", metavar="PATH", help="HTML report: ranked causes first, each with its reproducer")
+    p.add_argument("--top", type=int, default=20, metavar="N", help="causes listed on the terminal (default 20)")
+    add_reduction_limits(p)
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the reduction cache")
+    p.set_defaults(func=cmd_explain)

@@ -1,0 +1,146 @@
+"""Explanations held against a runner's baseline (conformance/judge/expectations.py, format 2).
+
+The fingerprint fast path first: a non-matching cell whose status and fingerprint the baseline already has is
+known, with the baseline's cause, and is not explained again. Only the other non-matching cells (new or
+changed) are explained (causes.explain, cached); a known cause id makes them expected. Every known cause
+that the selection touches is checked by rendering its recorded reproducer again on both sides: one that
+still differs is reported with its cells; one that no longer does is news (an unexpected pass: the engine
+fixed it, or the baseline is stale), and its cells are listed unexplained with that reason.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from conformance.explain import cluster
+from conformance.explain.causes import Cause, Explanation, _symptom_from_dict, explain
+from conformance.explain.driver import render_pairs
+from conformance.explain.reduce import Found
+from conformance.explain.signature import compare
+from conformance.judge.pipeline import apply_expectations
+from conformance.judge.status import NON_MATCHING, Verdict
+from runners.base import Conversation, RenderRequest
+
+
+def _repro_request(repro: dict) -> Optional[RenderRequest]:
+    try:
+        return RenderRequest(repro["template"], Conversation.from_dict(repro["case"]), repro.get("bos_token"),
+                             repro.get("eos_token"))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def check_known_causes(known: list, engine, reference) -> dict:
+    """cause id -> Found (its reproducer still differs as recorded) or a reason (it does not)."""
+    requests, owners, answers = [], [], {}
+    for cause in known:
+        request = _repro_request(cause.repro or {})
+        if request is None or not cause.symptom:
+            answers[cause.id] = "the baseline records no reproducer for it"
+            continue
+        requests.append(request)
+        owners.append(cause)
+    for cause, request, (ref, eng) in zip(owners, requests, render_pairs(reference, engine, requests)):
+        target = _symptom_from_dict(cause.symptom)
+        symptom = compare(ref, eng)
+        if symptom is not None and symptom.keeps(target):
+            answers[cause.id] = Found(request, ref, eng, symptom, 0, True)
+        else:
+            got = "no answer" if symptom is None else str(symptom.status)
+            answers[cause.id] = f"its reproducer no longer differs as recorded (now: {got})"
+    return answers
+
+
+def explain_with_baseline(run, engine, reference, requests: dict, cache=None, families=None, budget=None,
+                          engine_builtin: bool = False, progress=None, everything: bool = False,
+                          max_groups=None, explain_bare: bool = False) -> Explanation:
+    """Explain a run's non-matching cells against its baseline (run.expectations) and give every cell its
+    cause and its final verdict. `everything`: explain every non-matching cell afresh (no fast path);
+    `explain_bare`: explain the cells the baseline knows without a cause too (recording a baseline)."""
+    started = time.perf_counter()
+    baseline = run.expectations
+    fast: dict = {}     # (template, case) -> known cause id
+    known_bare = []     # cells the baseline knows as they are, without a cause
+    need: set = set()
+    touched: set = set()
+    for result in run.results:
+        expectation = result.expectation
+        if expectation is not None and expectation.cause:
+            touched.add(expectation.cause)
+        if result.status not in NON_MATCHING:
+            continue
+        if everything or result.verdict != Verdict.EXPECTED_FAIL or expectation is None:
+            need.add(result.key)
+        elif explain_bare and expectation.cause not in baseline.causes:
+            need.add(result.key)
+        elif expectation.cause in baseline.causes:
+            fast[result.key] = expectation.cause
+        else:
+            known_bare.append({"template": result.template_id, "case": result.case_id, "status": str(result.status),
+                               "reason": "the baseline knows this cell as it is, without a root cause"})
+    options = {"cache": cache, "families": families, "engine_builtin": engine_builtin, "progress": progress,
+               "max_groups": max_groups}
+    if budget:
+        options["budget"] = budget
+    fresh = explain(run, engine, reference, requests, only=need, **options)
+    checked = check_known_causes([baseline.causes[c] for c in sorted(touched) if c in baseline.causes],
+                                 engine, reference)
+    figure = run.figure()
+    causes: dict = {cause.id: cause for cause in fresh.causes}
+    unexplained = list(fresh.unexplained) + known_bare
+    stale = []
+    by_key = {r.key: r for r in run.results}
+    for cell, cause_id in sorted(fast.items()):
+        answer = checked.get(cause_id)
+        result = by_key[cell]
+        if not isinstance(answer, Found):
+            unexplained.append({"template": cell[0], "case": cell[1], "status": str(result.status),
+                                "reason": f"the baseline's cause {cause_id} {answer or 'was not checked'}"})
+            continue
+        cause = causes.get(cause_id)
+        if cause is None:
+            known = baseline.causes[cause_id]
+            constructs = cluster.constructs_of(answer.template)
+            cause = Cause(id=cause_id, key="", title=known.title or cluster.title(answer.symptom, constructs,
+                                                                                   answer.reference, answer.engine),
+                          constructs=list(known.constructs) or cluster.culprits(constructs),
+                          all_constructs=constructs, symptom=answer.symptom, found=answer, confirmed=True,
+                          cached=True)
+            causes[cause_id] = cause
+        cause.cells.append(cell)
+        cause.statuses[str(result.status)] = cause.statuses.get(str(result.status), 0) + 1
+    for cause_id, answer in checked.items():
+        if not isinstance(answer, Found):
+            known = baseline.causes[cause_id]
+            stale.append({"id": cause_id, "title": known.title, "reason": answer})
+    ranked = sorted(causes.values(), key=lambda c: (-len(c.cells), c.id))
+    for cause in ranked:
+        cause.conformance_if_fixed, cause.gain = cluster.gain(figure, len(cause.cells))
+        if not cause.title and cause.id in baseline.causes:
+            cause.title = baseline.causes[cause.id].title
+    for cause in ranked:
+        known = baseline.causes.get(cause.id)
+        cause.reason = known.reason if known else ""
+        cause.link = known.link if known else ""
+        cause.known = known is not None
+    explanation = Explanation(fresh.runner, fresh.reference, ranked, sorted(unexplained, key=lambda u: (
+        u["template"], u["case"])), dict(fresh.stats, fast_path=len(fast), explained=len(need),
+                                         known_checked=len(checked), stale=len(stale),
+                                         seconds=round(time.perf_counter() - started, 3)))
+    explanation.stale = stale
+    explanation.annotate(run.results)
+    titles = {cause.id: cause for cause in ranked}
+    for result in run.results:
+        cause = titles.get(result.extra.get("cause"))
+        if cause is not None:
+            result.extra["cause_title"] = cause.title
+            result.extra["cause_repro"] = _one_line(cause)
+    apply_expectations(run.results, baseline)
+    run.explanation = explanation
+    return explanation
+
+
+def _one_line(cause: Cause) -> str:
+    repro = cause.repro()
+    template = repro["template"].replace("\n", "\\n")
+    return f"{template[:200]!s}  with {len(repro['case']['messages'])} message(s)"

@@ -1,0 +1,114 @@
+"""Reductions cached on disk, so a second explanation of the same cells costs seconds.
+
+Key: the engine's identity (name, version, and its `build` when a protocol-2 harness gives one), the
+reference's, this reducer's version, and what was reduced (template, special tokens, conversation, the symptom
+kept). A runner without a trustworthy identity (a command harness that gives no build) is not cached. Entries
+live in ~/.cache/chatgold/explain/<aa>/<key>.json (CHATGOLD_CACHE moves the root); writes are atomic
+(temporary file + rename), so concurrent writers never leave a partial entry; the directory is kept under a
+size bound by dropping the least recently used entries.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import Optional
+
+# Bump when reductions change in a way that makes old entries wrong or worse.
+REDUCER_VERSION = 3
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+PRUNE_EVERY = 200   # writes between size checks
+
+
+def default_directory() -> Path:
+    base = os.environ.get("CHATGOLD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "chatgold")
+    return Path(base) / "explain"
+
+
+def runner_identity(info: dict, builtin: bool = False) -> Optional[str]:
+    """A runner's cache identity from its describe(), or None when it has none worth trusting: a builtin
+    runner's version names its engine build; a command harness must give a `build` (protocol 2), the promise
+    that its outcomes are a function of the build and the inputs."""
+    name, version = info.get("name"), info.get("version")
+    if not name or not version or version in ("unknown", "missing"):
+        return None
+    if not builtin and not info.get("build"):
+        return None
+    return json.dumps({"name": name, "version": version, "build": info.get("build")}, sort_keys=True)
+
+
+class ExplainCache:
+    def __init__(self, directory: Optional[Path] = None, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.directory = Path(directory) if directory else default_directory()
+        self.max_bytes = max_bytes
+        self._writes = 0
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    @staticmethod
+    def key(engine: str, reference: str, request, symptom_key: str) -> str:
+        digest = hashlib.sha256()
+        parts = (str(REDUCER_VERSION), engine, reference, request.template, repr(request.bos_token),
+                 repr(request.eos_token),
+                 json.dumps(request.conversation.to_dict(), sort_keys=True, ensure_ascii=False), symptom_key)
+        for part in parts:
+            data = part.encode("utf-8", "surrogatepass")
+            digest.update(len(data).to_bytes(8, "little"))
+            digest.update(data)
+        return digest.hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> Optional[dict]:
+        path = self._path(key)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8", errors="surrogatepass"))
+            os.utime(path)  # recently used: kept longest
+        except (OSError, ValueError):
+            self.misses += 1
+            return None
+        self.hits += 1
+        return data
+
+    def put(self, key: str, value: dict) -> None:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+            os.replace(tmp, path)
+        except OSError:
+            return  # a cache that cannot be written costs time later, never a wrong answer
+        with self._lock:
+            self._writes += 1
+            due = self._writes % PRUNE_EVERY == 0
+        if due:
+            self.prune()
+
+    def prune(self) -> None:
+        """Drop the least recently used entries until the cache is under 80% of its bound."""
+        entries = []
+        total = 0
+        for path in self.directory.glob("*/*.json"):
+            try:
+                stat = path.stat()
+            except OSError:
+                continue
+            entries.append((stat.st_mtime, stat.st_size, path))
+            total += stat.st_size
+        if total <= self.max_bytes:
+            return
+        for _, size, path in sorted(entries):
+            try:
+                path.unlink()
+            except OSError:
+                continue
+            total -= size
+            if total <= self.max_bytes * 0.8:
+                break

@@ -1,0 +1,435 @@
+"""judge -> cause: every non-matching cell of a run explained by a confirmed minimal reproducer, clustered
+into root causes and ranked by what fixing each is worth.
+
+    explanation = explain(results, engine_runner, reference_runner, requests)
+
+1. Each non-matching cell (diverged, engine-raised, engine-rendered, raised-differently) gets its symptom
+   (signature.py) from its golden and the engine's outcome.
+2. Cells are grouped by (template, symptom); one representative per group (its smallest conversation) is
+   reduced (reduce.py), many groups at once (driver.py), or read from the cache (cache.py). A cell joins a
+   cause only through its own group: it was reduced, or its symptom equals the reduced representative's
+   exactly.
+3. Reproducers cluster into causes (cluster.py); each cause's reported reproducer is rendered once more on
+   both sides and must still differ as it did (else the next smallest is tried; else its cells are
+   unexplained, with the reason).
+4. Causes are ranked by the conformance the engine would reach if that cause alone were fixed.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Optional
+
+from conformance.explain import cluster
+from conformance.explain.cache import ExplainCache, runner_identity
+from conformance.explain.driver import DriverStats, drive, render_pairs
+from conformance.explain.reduce import (
+    DEFAULT_BUDGET,
+    Found,
+    NotReproduced,
+    Reduction,
+    conversation_dict,
+)
+from conformance.explain.signature import Symptom, compare, outcome_record, symptom_of
+from conformance.explain.template import lines_of
+from conformance.judge.goldens import GoldenStore
+from conformance.judge.status import NON_MATCHING, Status
+from runners.base import (
+    Conversation,
+    Raised,
+    RefusalKind,
+    Rendered,
+    RenderRequest,
+    outcome_from_dict,
+)
+
+EXPLAIN_FORMAT = 1
+HINTS = 4
+
+
+def engine_outcome(result):
+    """The engine's outcome of a judged cell, as it was (output or refusal)."""
+    if result.status in (Status.DIVERGED, Status.ENGINE_RENDERED):
+        return Rendered(result.output or "")
+    kind = result.refusal or "unknown"
+    return Raised(result.message, RefusalKind(kind))
+
+
+@dataclass
+class Cause:
+    id: str
+    key: str
+    title: str
+    constructs: list          # the culprit constructs (the key's)
+    all_constructs: list      # every construct of the reproducer
+    symptom: Symptom
+    found: Found              # the reported reproducer
+    cells: list = field(default_factory=list)      # [(template, case)]
+    statuses: dict = field(default_factory=dict)   # status -> cells
+    confirmed: bool = False
+    gain: float = 0.0
+    conformance_if_fixed: Optional[float] = None
+    cached: bool = False
+    reason: str = ""          # from the baseline, when it knows the cause
+    link: str = ""
+    known: Optional[bool] = None  # whether the baseline knows it (None: not held against a baseline)
+
+    @property
+    def templates(self) -> int:
+        return len({t for t, _ in self.cells})
+
+    def repro(self) -> dict:
+        request = self.found.request
+        case = request.conversation.to_dict()
+        return {"template": request.template, "case": case, "bos_token": request.bos_token,
+                "eos_token": request.eos_token, "reference": outcome_record(self.found.reference),
+                "engine": outcome_record(self.found.engine), "confirmed": self.confirmed,
+                "lines": lines_of(request.template), "messages": len(request.messages)}
+
+    def to_dict(self) -> dict:
+        data = {"id": self.id, "title": self.title, "constructs": self.constructs,
+                "all_constructs": self.all_constructs, "symptom": self.symptom.to_dict(),
+                "statuses": dict(sorted(self.statuses.items())),
+                "cells": [list(c) for c in sorted(self.cells)], "templates": self.templates,
+                "repro": self.repro(), "gain": self.gain, "conformance_if_fixed": self.conformance_if_fixed}
+        if self.known is not None:
+            data["known"] = self.known
+        if self.reason:
+            data["reason"] = self.reason
+        if self.link:
+            data["link"] = self.link
+        return data
+
+
+@dataclass
+class Explanation:
+    runner: dict
+    reference: dict
+    causes: list
+    unexplained: list        # [{"template", "case", "status", "reason"}]
+    stats: dict
+
+    def cause_of(self) -> dict:
+        """(template, case) -> cause id."""
+        return {cell: cause.id for cause in self.causes for cell in cause.cells}
+
+    def annotate(self, results: Iterable) -> None:
+        """Record each explained cell's cause id on its result (extra["cause"])."""
+        mapping = self.cause_of()
+        for result in results:
+            if result.key in mapping:
+                result.extra["cause"] = mapping[result.key]
+
+    def to_dict(self) -> dict:
+        return {"format": EXPLAIN_FORMAT, "runner": self.runner, "reference": self.reference,
+                "causes": [c.to_dict() for c in self.causes], "unexplained": self.unexplained,
+                "stats": self.stats}
+
+
+# -- (de)serialising reductions for the cache ---------------------------------------------------------------
+
+def _found_to_dict(found: Found) -> dict:
+    request = found.request
+    return {"template": request.template, "conversation": request.conversation.to_dict(),
+            "bos_token": request.bos_token, "eos_token": request.eos_token,
+            "reference": {"kind": found.reference.kind, **_fields(found.reference)},
+            "engine": {"kind": found.engine.kind, **_fields(found.engine)},
+            "symptom": found.symptom.to_dict(), "renders": found.renders, "complete": found.complete,
+            "ignores_template": found.ignores_template}
+
+
+def _fields(outcome) -> dict:
+    if isinstance(outcome, Rendered):
+        return {"text": outcome.text}
+    data = {"message": getattr(outcome, "message", "")}
+    if isinstance(outcome, Raised):
+        data["refusal"] = str(outcome.refusal)
+    return data
+
+
+def _symptom_from_dict(data: dict) -> Symptom:
+    status = Status(data["status"])
+    if status == Status.DIVERGED:
+        return Symptom(status, frozenset(tuple(e) for e in data["edits"]))
+    return Symptom(status, refusal=data["refusal"])
+
+
+def _found_from_dict(data: dict, template_id: str, case_id: str) -> Found:
+    request = RenderRequest(data["template"], Conversation.from_dict(data["conversation"]), data["bos_token"],
+                            data["eos_token"], template_id, case_id)
+    return Found(request, outcome_from_dict(data["reference"]), outcome_from_dict(data["engine"]),
+                 _symptom_from_dict(data["symptom"]), data["renders"], data["complete"],
+                 ignores_template=bool(data.get("ignores_template")))
+
+
+# -- the analysis -------------------------------------------------------------------------------------------
+
+def _size(found: Found) -> tuple:
+    request = found.request
+    return (lines_of(request.template), len(request.messages), len(request.template),
+            len(json.dumps(request.conversation.to_dict(), sort_keys=True)))
+
+
+def explain(results, engine, reference, requests: dict, goldens=None, cache: Optional[ExplainCache] = None,
+            only: Optional[set] = None, families: Optional[dict] = None, budget: int = DEFAULT_BUDGET,
+            parallel: int = 24, engine_builtin: bool = False, max_groups: Optional[int] = None,
+            progress: Optional[Callable[[int, int], None]] = None,
+            log: Optional[Callable[[str], None]] = None) -> Explanation:
+    """Explain the non-matching cells of one runner's judged results (judge.pipeline.RunnerResults).
+
+    engine / reference: open runners (the reference is `get_runner("hf")`); requests: (template, case) ->
+    RenderRequest; goldens: (template, case) -> Golden (default: the local goldens); only: the (template,
+    case) cells to explain (default: every non-matching cell); families: template id -> family (reductions
+    of one family hint each other); engine_builtin: the engine is a builtin runner whose version identifies
+    it (for the cache); max_groups: reduce at most this many (template, symptom) groups per template, those
+    with the most cells first (the others' cells are unexplained, with that reason)."""
+    started = time.perf_counter()
+    goldens = goldens or GoldenStore()
+    unexplained: list = []
+    groups: dict = {}      # (template, symptom key) -> (symptom, [results])
+    targets = 0
+    for result in results.results:
+        if result.status not in NON_MATCHING or (only is not None and result.key not in only):
+            continue
+        targets += 1
+        symptom = symptom_of(goldens(*result.key), engine_outcome(result))
+        if symptom is None or not symptom.differs:
+            unexplained.append(_unexplained(result, "no golden to compare with" if symptom is None else
+                                            "the golden and the engine's outcome no longer differ"))
+            continue
+        groups.setdefault((result.template_id, symptom.key()), (symptom, []))[1].append(result)
+
+    beyond: dict = {}   # group -> why it is not reduced (past the per-template limit)
+    if max_groups:
+        per_template: dict = {}
+        for group_key, (_, members) in groups.items():
+            per_template.setdefault(group_key[0], []).append((-len(members), group_key[1], group_key))
+        for template_id, ranked in per_template.items():
+            for _, _, group_key in sorted(ranked)[max_groups:]:
+                beyond[group_key] = (f"not reduced: {template_id} shows more than {max_groups} different symptoms "
+                                     f"(the limit of groups reduced per template)")
+    engine_id = runner_identity(dict(results.info), builtin=engine_builtin)
+    reference_info = reference.describe()
+    reference_id = runner_identity(reference_info, builtin=True)
+    use_cache = cache is not None and engine_id is not None and reference_id is not None
+    found: dict = {}
+    cached_groups: set = set()
+    tasks = []
+    order: dict = {}
+    for group_key, (symptom, members) in groups.items():
+        representative = min(members, key=lambda r: (len(json.dumps(conversation_dict(requests[r.key].conversation),
+                                                                     sort_keys=True)), r.case_id))
+        request = requests[representative.key]
+        cache_key = ExplainCache.key(engine_id, reference_id, request, symptom.key()) if use_cache else None
+        hit = cache.get(cache_key) if use_cache and group_key not in beyond else None
+        if hit is not None:
+            found[group_key] = _found_from_dict(hit, request.template_id, request.case_id)
+            cached_groups.add(group_key)
+            continue
+        reduction = Reduction(request, symptom, budget=budget)
+        reduction.cache_key = cache_key
+        if group_key in beyond:
+            reduction.run = (lambda r=reduction, why=beyond[group_key]: r.run_unreduced(why))
+            reduction.cache_key = None  # a probe, not a reduction: nothing worth keeping
+        tasks.append((group_key, reduction))
+        order[group_key] = representative
+    # Round-robin over templates (a template's first group before any second one), families together: a
+    # template's later groups and a family's later templates then start with hints from finished ones.
+    rank: dict = {}
+    for group_key, _ in tasks:
+        rank.setdefault(group_key[0], []).append(group_key)
+    family_of = families or {}
+    tasks.sort(key=lambda task: (rank[task[0][0]].index(task[0]), family_of.get(task[0][0], task[0][0]),
+                                 task[0][0]))
+
+    finished: list = []   # (template id, family, status, template text) of finished reductions
+
+    def make(group_key, reduction) -> None:
+        template_id = group_key[0]
+        family = family_of.get(template_id)
+        status = reduction.target.status
+        same = [t for tid, fam, st, t in reversed(finished) if tid == template_id and st == status]
+        kin = [t for tid, fam, st, t in reversed(finished) if family and fam == family and st == status]
+        other = [t for tid, fam, st, t in reversed(finished) if st == status]
+        hints, seen = [], set()
+        for text in same + kin + other[:HINTS]:
+            if text not in seen:
+                seen.add(text)
+                hints.append(text)
+            if len(hints) >= HINTS:
+                break
+        reduction.hints = hints
+
+    done_count = [len(cached_groups)]
+    total = len(groups)
+
+    def on_done(group_key, outcome) -> None:
+        done_count[0] += 1
+        if progress:
+            progress(done_count[0], total)
+        if isinstance(outcome, Found):
+            if outcome.complete:  # a budget-limited result is no template to settle on
+                finished.append((group_key[0], family_of.get(group_key[0]), outcome.symptom.status,
+                                 outcome.template))
+            cache_key = reductions[group_key].cache_key
+            if use_cache and cache_key:
+                cache.put(cache_key, _found_to_dict(outcome))
+
+    reductions = dict(tasks)
+    if log is not None:
+        log(f"{results.name}: {targets} non-matching cells in {len(groups)} (template, symptom) groups: "
+            f"{len(tasks) - len(beyond)} to reduce, {len(beyond)} to probe, {len(cached_groups)} cached")
+    stats = DriverStats()
+    with _scratch_artefacts(engine, idle=parallel):
+        reduced = drive(list(tasks), reference, engine, parallel=parallel, on_done=on_done, stats=stats,
+                        make=make, failed=lambda key, exc: NotReproduced(
+                            f"the reducer failed ({type(exc).__name__}: {exc}); please report it", 0))
+    renders_spent = 0
+    phases: dict = {}
+    incomplete = 0
+    for group_key, outcome in reduced.items():
+        if isinstance(outcome, Found):
+            found[group_key] = outcome
+            renders_spent += outcome.renders
+            incomplete += not outcome.complete
+            for name, n in outcome.phases.items():
+                phases[name] = phases.get(name, 0) + n
+        else:
+            renders_spent += outcome.renders
+            for result in groups[group_key][1]:
+                unexplained.append(_unexplained(result, outcome.reason))
+
+    causes = _cluster(groups, found, cached_groups)
+    confirm_started = time.perf_counter()
+    with _scratch_artefacts(engine):
+        causes, dropped = _confirm(causes, groups, found, reference, engine, stats)
+    for result, reason in dropped:
+        unexplained.append(_unexplained(result, reason))
+    figure = results.figure()
+    for cause in causes:
+        cause.conformance_if_fixed, cause.gain = cluster.gain(figure, len(cause.cells))
+    causes.sort(key=lambda c: (-len(c.cells), c.id))
+    unexplained.sort(key=lambda u: (u["template"], u["case"]))
+    sizes = [cause.repro() for cause in causes]
+    stats_out = {
+        "cells": targets,
+        "groups": len(groups), "reduced": len(tasks) - len(beyond), "probed": len(beyond),
+        "cached": len(cached_groups),
+        "renders": stats.renders, "reduction_renders": renders_spent, "batches": stats.batches,
+        "renders_by_pass": dict(sorted(phases.items(), key=lambda kv: -kv[1])), "budget_spent": incomplete,
+        "causes": len(causes), "confirmed": sum(1 for c in causes if c.confirmed),
+        "unexplained": len(unexplained),
+        "median_lines": statistics.median([s["lines"] for s in sizes]) if sizes else None,
+        "median_messages": statistics.median([s["messages"] for s in sizes]) if sizes else None,
+        "max_lines": max((s["lines"] for s in sizes), default=None),
+        "seconds": round(time.perf_counter() - started, 3),
+        "confirm_seconds": round(time.perf_counter() - confirm_started, 3),
+        "reference_seconds": round(stats.reference_seconds, 3), "engine_seconds": round(stats.engine_seconds, 3),
+        "cache": {"used": use_cache, "hits": cache.hits if cache else 0,
+                  "directory": str(cache.directory) if use_cache else None},
+    }
+    for name in ("server_starts",):
+        value = getattr(engine, name, None)
+        if isinstance(value, int):
+            stats_out["engine_" + name] = value
+    return Explanation(dict(results.info), reference_info, causes, unexplained, stats_out)
+
+
+@contextlib.contextmanager
+def _scratch_artefacts(engine, idle: int = 0):
+    """Runner settings for rendering candidates. A runner that keeps a file per template it renders (llama.cpp
+    writes a GGUF per template into its models cache) gets a scratch directory: a reduction renders thousands
+    of templates never seen again. A runner that starts a server per template (llama.cpp) keeps `idle` of them
+    running between batches: each reduction renders many conversations through its current template."""
+    saved = getattr(engine, "models_dir", None)
+    saved_idle = getattr(engine, "idle_servers", None)
+    scratch = None
+    if isinstance(saved, Path):
+        scratch = tempfile.mkdtemp(prefix="chatgold-explain-")
+        engine.models_dir = Path(scratch)
+    if isinstance(saved_idle, int):
+        engine.idle_servers = idle
+    try:
+        yield
+    finally:
+        if scratch is not None:
+            engine.models_dir = saved
+            shutil.rmtree(scratch, ignore_errors=True)
+        if isinstance(saved_idle, int):
+            engine.idle_servers = saved_idle
+
+
+def _unexplained(result, reason: str) -> dict:
+    return {"template": result.template_id, "case": result.case_id, "status": str(result.status), "reason": reason}
+
+
+def _cluster(groups: dict, found: dict, cached_groups: set) -> list:
+    by_key: dict = {}
+    for group_key, repro in found.items():
+        constructs = cluster.constructs_of(repro.template)
+        key = cluster.cause_key(repro.symptom, constructs, repro.reference, repro.engine, repro.ignores_template)
+        entry = by_key.setdefault(key, {"groups": [], "constructs": constructs})
+        entry["groups"].append(group_key)
+    causes = []
+    for key, entry in by_key.items():
+        candidates = sorted(entry["groups"], key=lambda g: (_size(found[g]), g))
+        best = found[candidates[0]]
+        constructs = cluster.constructs_of(best.template)
+        cause = Cause(id=cluster.cause_id(key), key=key,
+                      title=cluster.title(best.symptom, constructs, best.reference, best.engine,
+                                          best.ignores_template),
+                      constructs=cluster.culprits(constructs), all_constructs=constructs, symptom=best.symptom,
+                      found=best, cached=all(g in cached_groups for g in entry["groups"]))
+        cause._candidates = candidates  # tried in order by _confirm
+        for group_key in entry["groups"]:
+            for result in groups[group_key][1]:
+                cause.cells.append(result.key)
+                cause.statuses[str(result.status)] = cause.statuses.get(str(result.status), 0) + 1
+        causes.append(cause)
+    return causes
+
+
+def _confirm(causes: list, groups: dict, found: dict, reference, engine, stats) -> tuple:
+    """Render every cause's reproducer again on both sides; keep the causes whose reproducer still differs
+    as it did (trying a cause's next smallest reproducer when one does not)."""
+    pending = {cause.id: 0 for cause in causes}
+    by_id = {cause.id: cause for cause in causes}
+    confirmed: set = set()
+    while pending:
+        batch, owners = [], []
+        for cause_id, index in pending.items():
+            cause = by_id[cause_id]
+            repro = found[cause._candidates[index]]
+            batch.append(repro.request)
+            owners.append((cause_id, repro))
+        pairs = render_pairs(reference, engine, batch, stats)
+        still: dict = {}
+        for (cause_id, repro), (ref, eng) in zip(owners, pairs):
+            cause = by_id[cause_id]
+            symptom = compare(ref, eng)
+            if symptom is not None and symptom.keeps(repro.symptom):
+                cause.found = Found(repro.request, ref, eng, symptom, repro.renders, repro.complete,
+                                    ignores_template=repro.ignores_template)
+                cause.confirmed = True
+                constructs = cluster.constructs_of(repro.request.template)
+                cause.title = cluster.title(symptom, constructs, ref, eng, repro.ignores_template)
+                confirmed.add(cause_id)
+            elif pending[cause_id] + 1 < min(len(cause._candidates), 3):
+                still[cause_id] = pending[cause_id] + 1
+        pending = still
+    kept, dropped = [], []
+    for cause in causes:
+        if cause.id in confirmed:
+            kept.append(cause)
+            continue
+        for group_key in cause._candidates:
+            for result in groups[group_key][1]:
+                dropped.append((result, "its reproducer did not differ in the same way when rendered again "
+                                        "(is the engine deterministic?)"))
+    return kept, dropped

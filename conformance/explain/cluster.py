@@ -1,0 +1,226 @@
+"""Causes: reproducers clustered into root causes, with stable ids, short titles and a ranking.
+
+A root cause is identified by its normalised minimal reproducer: the constructs of the reduced template that
+do more than carry data to the point of difference (its culprits), and the kind of difference. Constructs
+are named as the evaluator's inventory names them (runners/evaluator/inventory.py). Carriers (loops,
+conditions, `set`, `namespace()`, subscripts and attributes, `.items()`/`|items`, `range()`, whitespace
+control, operators, literals, variables) are left out of the key, so `{{ x|tojson }}` reached through a loop or a
+subscript is one cause, and a difference in how a *value* prints (a null, a float) reached through any of
+them is one cause. The kind of difference:
+  - refusals (engine-raised, raised-differently): the engine's normalised refusal, so one bug that makes the
+    engine refuse where the reference renders *and* where the reference refuses for another reason is one
+    cause;
+  - engine-rendered: the reference's normalised refusal that the engine lacks;
+  - diverged: the class of the reduced pair's difference (whitespace and its direction, order, letter case,
+    quotes, omitted, added or other text), with the reduced pair's normalised edits for the classes whose
+    edits name what differs (omitted, added, other text, letter case, quotes).
+
+The key depends on one reproducer only, so a cause's id (a hash of its key) is the same whichever cells of
+the corpus are explained: a baseline's known causes stay known across selections.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Iterable, Optional
+
+from conformance.explain.signature import (
+    Symptom,
+    normalise_message,
+    normalise_text,
+    raw_edits,
+)
+from conformance.judge.status import Status
+from runners.base import Outcome
+
+CARRIERS = frozenset({"stmt:for", "stmt:if", "stmt:elif", "stmt:else", "stmt:set", "stmt:set-namespace",
+                      "stmt:with", "global:namespace", "global:range", "method:items", "filter:items",
+                      "op:subscript", "op:attr", "op:slice", "syntax:comment", "call:other"})
+CARRIER_FAMILIES = ("var:", "literal:", "ws:", "expr:", "op:")
+EDIT_LIMIT = 40   # characters of each side of an edit kept in a key
+
+
+def constructs_of(template: str) -> list:
+    """Every construct the template uses (inventory names), variables left out; [] when it does not parse."""
+    try:
+        from runners.evaluator.inventory import inventory
+
+        names = inventory(template).names()
+    except Exception:  # a template that does not parse (the reference's compile error is the symptom)
+        return []
+    return [n for n in names if not n.startswith("var:")]
+
+
+def culprits(constructs: Iterable[str]) -> list:
+    """The constructs a cause is keyed and titled by: those that do more than carry data."""
+    return sorted(n for n in set(constructs) if n not in CARRIERS and not n.startswith(CARRIER_FAMILIES))
+
+
+def _ws(text: str) -> bool:
+    return not text.strip()
+
+
+def difference_class(reference: str, engine: str) -> str:
+    """How two rendered texts differ, in one word."""
+    if not engine and reference:
+        return "nothing"
+    pairs = raw_edits(reference, engine)
+    if pairs and all(_ws(d) and _ws(i) for d, i in pairs):
+        return "whitespace"
+    if sorted(reference) == sorted(engine):
+        return "order"
+    if reference.lower() == engine.lower():
+        return "case"
+    if reference.replace("'", '"') == engine.replace("'", '"'):
+        return "quotes"
+    if pairs and all(not i for _, i in pairs):
+        return "omits"
+    if pairs and all(not d for d, _ in pairs):
+        return "adds"
+    return "text"
+
+
+def _whitespace_direction(pairs: list) -> str:
+    if all(not d for d, _ in pairs):
+        return "adds"
+    if all(not i for _, i in pairs):
+        return "drops"
+    return "changes"
+
+
+def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
+              ignores_template: bool = False) -> str:
+    """The clustering key of a reduced reproducer. An engine that ignores the template (it renders the case
+    the same with an empty one) is keyed by that and the kind of difference, not by the template's constructs."""
+    names = "(ignores the template)" if ignores_template else ",".join(culprits(constructs))
+    if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
+        kind = "refuses|" + symptom.refusal
+    elif symptom.status == Status.ENGINE_RENDERED:
+        kind = "renders|" + symptom.refusal
+    elif ignores_template:
+        kind = "diverges"  # its own format against each template's: the edits say nothing more
+    else:
+        cls = difference_class(reference.text, engine.text)
+        kind = "diverges|" + cls
+        pairs = raw_edits(reference.text, engine.text)
+        if cls == "whitespace":
+            kind += "|" + _whitespace_direction(pairs)
+        elif cls in ("omits", "adds", "text", "case", "quotes"):
+            kind += "|" + "|".join(sorted({f"{shape(d)}>{shape(i)}" for d, i in pairs}))
+    return f"{names}#{kind}"
+
+
+def shape(text: str) -> str:
+    """An edit's text as a key sees it: normalised (signature.normalise_text: runs of words and numbers read
+    as one `…`, quotes, brackets, markup and keywords kept), at most EDIT_LIMIT characters."""
+    return normalise_text(text)[:EDIT_LIMIT]
+
+
+def cause_id(key: str) -> str:
+    return "c-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+
+
+_SUBJECT = {
+    "stmt": lambda n: "`{% " + n + " %}`",
+    "filter": lambda n: f"`|{n}`",
+    "test": lambda n: f"`is {n}`",
+    "method": lambda n: f"`.{n}()`",
+    "global": lambda n: f"`{n}()`",
+    "loop": lambda n: f"`loop.{n}`",
+    "call": lambda n: {"macro": "a macro call", "caller": "`caller()`"}.get(n, "a call"),
+    "ws": lambda n: {"trim-left": "`{%-`", "trim-right": "`-%}`", "keep-left": "`{%+`",
+                     "keep-right": "`+%}`"}.get(n, n),
+}
+_OPS = {"concat": "`~`", "add": "`+`", "sub": "`-`", "mul": "`*`", "div": "`/`", "floordiv": "`//`", "mod": "`%`",
+        "pow": "`**`", "and": "`and`", "or": "`or`", "not": "`not`", "neg": "unary `-`", "in": "`in`",
+        "notin": "`not in`", "eq": "`==`", "ne": "`!=`", "lt": "`<`", "gt": "`>`", "lteq": "`<=`", "gteq": "`>=`",
+        "slice": "slicing", "subscript": "subscripts", "attr": "attribute access", "ternary": "`x if c else y`"}
+
+
+def subject(names: list) -> str:
+    parts = []
+    for name in names[:3]:
+        family, _, rest = name.partition(":")
+        if family == "op":
+            parts.append(_OPS.get(rest, rest))
+        elif family in _SUBJECT:
+            parts.append(_SUBJECT[family](rest))
+        else:
+            parts.append(f"`{name}`")
+    text = ", ".join(parts) or "printed values"
+    return text + (" ..." if len(names) > 3 else "")
+
+
+def _quote(text: str, limit: int = 24) -> str:
+    shown = text.encode("unicode_escape").decode("ascii").replace("`", "'")
+    if len(shown) > limit:
+        shown = shown[:limit] + "…"
+    return f"`{shown}`" if shown else "nothing"
+
+
+def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
+          ignores_template: bool = False) -> str:
+    """A short generated title: what the reduced reproducer uses, and how the engine differs on it."""
+    names = [] if ignores_template else culprits(constructs)
+    who = "the engine ignores the template" if ignores_template else subject(names)
+    if ignores_template:
+        names = ["(ignores the template)"]
+    if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
+        message = _shorten(normalise_message(engine.message), 80)
+        return f"{who}: the engine refuses ({message})" if names else f"the engine refuses: {message}"
+    if symptom.status == Status.ENGINE_RENDERED:
+        message = _shorten(normalise_message(reference.message), 80)
+        return (f"{who}: renders where the reference refuses ({message})" if names else
+                f"renders where the reference refuses ({message})")
+    ref, eng = reference.text, engine.text
+    if ignores_template:
+        return f"{who}: it renders its own format"
+    cls = difference_class(ref, eng)
+    pairs = raw_edits(ref, eng)
+    first_d, first_i = pairs[0] if pairs else ("", "")
+    if cls == "nothing":
+        return f"{who}: prints nothing"
+    if cls == "whitespace":
+        if all(not d for d, _ in pairs):
+            return f"{who}: prints extra whitespace ({_quote(first_i)})"
+        if all(not i for _, i in pairs):
+            return f"{who}: drops whitespace ({_quote(first_d)})"
+        return f"{who}: prints {_quote(first_i)} where the reference prints {_quote(first_d)}"
+    if cls == "order":
+        return f"{who}: prints the same text in another order"
+    if cls == "omits":
+        return f"{who}: omits {_quote(first_d)}"
+    if cls == "adds":
+        return f"{who}: prints extra {_quote(first_i)}"
+    if len(ref) <= 40 and len(eng) <= 40:
+        return f"{who}: prints {_quote(eng, 40)} where the reference prints {_quote(ref, 40)}"
+    left, right = _middles(ref, eng)
+    return f"{who}: prints {_quote(right)} where the reference prints {_quote(left)}"
+
+
+def _middles(a: str, b: str) -> tuple:
+    """The differing middles of two texts (common prefix and suffix cut back to word boundaries)."""
+    start = 0
+    while start < min(len(a), len(b)) and a[start] == b[start]:
+        start += 1
+    end = 0
+    while end < min(len(a), len(b)) - start and a[len(a) - 1 - end] == b[len(b) - 1 - end]:
+        end += 1
+    while start > 0 and a[start - 1].isalnum():
+        start -= 1
+    while end > 0 and a[len(a) - end].isalnum():
+        end -= 1
+    return a[start:len(a) - end], b[start:len(b) - end]
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def gain(figure: dict, cells: int) -> tuple[Optional[float], float]:
+    """(conformance if these cells passed, points gained) from a judge.status.figure."""
+    judged, passed = figure["judged"], figure["passed"]
+    if not judged:
+        return None, 0.0
+    after = 100.0 * min(judged, passed + cells) / judged
+    before = 100.0 * passed / judged
+    return round(after, 2), round(after - before, 2)

@@ -1,0 +1,199 @@
+"""What "differs in the same way" means: a normalised symptom of one (reference outcome, engine outcome) pair.
+
+- diverged: the set of edits that turn the reference's text into the engine's, from a character-level diff
+  (difflib, no junk heuristic), each edit a (deleted, inserted) pair. Digit runs read as 0 and letter runs as
+  `a`, except a short all-letter edit (`True` -> `true`), which is kept as it is: content that a reducer
+  shortens must not make the same bug look new, and a keyword printed differently must not look like any
+  other word.
+- engine-raised, raised-differently: the engine's refusal (kind + first line of its message, numbers and the
+  engine's location suffixes normalised).
+- engine-rendered: the reference's refusal the engine lacks (kind + message, normalised alike).
+
+A candidate keeps the original difference when its status is the same and, for diverged pairs, its edits are a
+non-empty subset of the original's; for refusals, when the symptom is equal.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Optional
+
+from conformance.judge.goldens import Golden, golden_bytes
+from conformance.judge.status import NON_MATCHING, Status, classify
+from runners.base import Errored, Outcome, Raised, Rendered, Skipped
+from runners.hf import reference_refusal
+
+# Above this many characters of differing middle on either side, diff line by line first, then characters
+# inside each changed block (difflib is quadratic).
+CHAR_DIFF_LIMIT = 4000
+SHORT_WORD = 8
+_DIGITS = re.compile(r"\d+")
+_TOKENS = re.compile(r"\s+|\w+|[^\w\s]")
+_ALNUM = re.compile(r"[^\W_]")
+_WORDS = re.compile(r"a(?:[ ,.:;'-]*a)*")   # a run of words, with spaces and light punctuation between
+_NUMBERS = re.compile(r"0(?:[.,]0)*")
+_LETTERS = re.compile(r"[^\W\d_]+")
+# Engine location suffixes and positions that change as a template shrinks.
+_LOCATION = re.compile(r"\s*\((?:in|at) [^()]*:\d+(?::\d+)?\)|\bat (?:row|line) \d+,? (?:col(?:umn)? \d+)?"
+                       r"|\bline \d+\b|\bcolumn \d+\b")
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """How one engine outcome differs from the reference's on the same input."""
+
+    status: Status
+    edits: frozenset = frozenset()   # diverged: normalised (deleted, inserted) pairs
+    refusal: str = ""                # the refusal that is the symptom (see the module docstring)
+
+    @property
+    def differs(self) -> bool:
+        return self.status in NON_MATCHING
+
+    def keeps(self, target: "Symptom") -> bool:
+        """Whether this (a candidate's) symptom is the `target`'s difference, in the same way."""
+        if self.status != target.status or not self.differs:
+            return False
+        if self.status == Status.DIVERGED:
+            return bool(self.edits) and self.edits <= target.edits
+        return self.refusal == target.refusal
+
+    def key(self) -> str:
+        """A canonical text, equal for equal symptoms (grouping, cache keys)."""
+        if self.status == Status.DIVERGED:
+            body = "\x1e".join(f"{d}\x1f{i}" for d, i in sorted(self.edits))
+        else:
+            body = self.refusal
+        return f"{self.status}\x1d{body}"
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.key().encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+    def to_dict(self) -> dict:
+        data: dict = {"status": str(self.status)}
+        if self.status == Status.DIVERGED:
+            data["edits"] = [list(edit) for edit in sorted(self.edits)]
+        else:
+            data["refusal"] = self.refusal
+        return data
+
+
+def normalise_text(text: str) -> str:
+    """One side of an edit: kept when it is a short word; else digit runs read as 0, letter runs as a, and a
+    run of words and numbers with the spaces and light punctuation between them as one `…` (content a
+    reducer shortens, or another case words differently, does not make the same edit look new)."""
+    if len(text) <= SHORT_WORD and text.isalpha():
+        return text
+    text = _LETTERS.sub("a", _DIGITS.sub("0", text))
+    return _NUMBERS.sub("0", _WORDS.sub("a", text))
+
+
+def normalise_message(message: str) -> str:
+    """An engine's or the reference's refusal message: its first line, without locations, digits as 0."""
+    first = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+    first = _LOCATION.sub("", first)
+    return _DIGITS.sub("0", first).strip()[:300]
+
+
+def _raw_edits(a: str, b: str) -> list:
+    """(deleted, inserted) pairs turning `a` into `b`."""
+    prefix = 0
+    limit = min(len(a), len(b))
+    while prefix < limit and a[prefix] == b[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < limit - prefix and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
+        suffix += 1
+    # back to word boundaries: a word is compared whole
+    while prefix > 0 and a[prefix - 1].isalnum():
+        prefix -= 1
+    while suffix > 0 and a[len(a) - suffix].isalnum():
+        suffix -= 1
+    a, b = a[prefix:len(a) - suffix], b[prefix:len(b) - suffix]
+    if not a and not b:
+        return []
+    # Words, whitespace runs and single punctuation marks first (so one word replaced by another is one edit,
+    # and a prompt on one long line diffs fast), then characters inside a changed run without letters or
+    # digits (whitespace and punctuation).
+    out = []
+    a_tokens, b_tokens = _TOKENS.findall(a), _TOKENS.findall(b)
+    matcher = difflib.SequenceMatcher(None, a_tokens, b_tokens, autojunk=False)
+    changes = []   # (i1, i2, j1, j2): changed runs, merged across equal runs of single spaces between words
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            if changes and all(t == " " for t in a_tokens[i1:i2]) and i2 - i1 == 1 and i2 < len(a_tokens):
+                changes[-1] = changes[-1] + ("space",)
+            continue
+        if changes and len(changes[-1]) == 5:
+            first = changes.pop()
+            changes.append((first[0], i2, first[2], j2))
+        else:
+            changes.append((i1, i2, j1, j2))
+    for i1, i2, j1, j2, *_ in changes:
+        tag = "replace" if i1 < i2 and j1 < j2 else "other"
+        left, right = "".join(a_tokens[i1:i2]), "".join(b_tokens[j1:j2])
+        if (tag == "replace" and len(left) <= CHAR_DIFF_LIMIT and len(right) <= CHAR_DIFF_LIMIT
+                and not _ALNUM.search(left) and not _ALNUM.search(right)):
+            out.extend(_char_edits(left, right))
+        else:
+            out.append((left, right))
+    return out
+
+
+def _char_edits(a: str, b: str) -> list:
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    return [(a[i1:i2], b[j1:j2]) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
+
+
+def edits(reference: str, engine: str) -> frozenset:
+    return frozenset((normalise_text(d), normalise_text(i)) for d, i in _raw_edits(reference, engine))
+
+
+def raw_edits(reference: str, engine: str) -> list:
+    """The edits before normalisation (titles quote them)."""
+    return _raw_edits(reference, engine)
+
+
+def _refusal_text(kind, message: str) -> str:
+    return f"{kind}: {normalise_message(message)}"
+
+
+def symptom_of(golden: Optional[Golden], engine: Outcome) -> Optional[Symptom]:
+    """The symptom of an engine outcome against the reference's (as a golden); None when the pair cannot be
+    compared (the engine errored, timed out or skipped; no golden)."""
+    if golden is None or isinstance(engine, (Errored, Skipped)):
+        return None
+    judgement = classify(golden, engine)
+    status = judgement.status
+    if status == Status.DIVERGED:
+        return Symptom(status, edits(golden.text, engine.text))
+    if status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
+        return Symptom(status, refusal=_refusal_text(engine.refusal, engine.message))
+    if status == Status.ENGINE_RENDERED:
+        kind, message = reference_refusal(golden.text)
+        return Symptom(status, refusal=_refusal_text(kind, message))
+    return Symptom(status)
+
+
+def reference_golden(outcome: Outcome) -> Optional[Golden]:
+    """The reference's outcome in the form goldens store it; None when it is not an answer (errored)."""
+    if isinstance(outcome, (Rendered, Raised)):
+        kind, data = golden_bytes(outcome)
+        return Golden(kind, data)
+    return None
+
+
+def compare(reference: Outcome, engine: Outcome) -> Optional[Symptom]:
+    """The symptom of a freshly rendered pair."""
+    return symptom_of(reference_golden(reference), engine)
+
+
+def outcome_record(outcome: Outcome) -> dict:
+    """An outcome as the explanation keeps it (schema: conformance/schemas/explain.schema.json)."""
+    if isinstance(outcome, Rendered):
+        return {"kind": "rendered", "text": outcome.text}
+    if isinstance(outcome, Raised):
+        return {"kind": "raised", "message": outcome.message, "refusal": str(outcome.refusal)}
+    return {"kind": outcome.kind, "message": getattr(outcome, "message", "")}

@@ -1,0 +1,213 @@
+"""chatgold explain: planted bugs are found exactly; reproducers are small and confirmed; the cache answers a
+second run; the pieces (symptoms, template tree, clustering) behave."""
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance import schema_validator
+from conformance.explain import explain
+from conformance.explain import template as tpl
+from conformance.explain.cache import ExplainCache
+from conformance.explain.signature import compare, edits
+from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
+from conformance.judge.status import NON_MATCHING, Status
+from runners import get_runner
+from runners.base import Raised, RefusalKind, Rendered
+
+HARNESS = Path(__file__).parent / "harnesses" / "planted.py"
+BUGS = ("tojson-sorts-keys", "trim-does-nothing", "no-string-test")
+# Each bug shows in these templates, and no cell is hit by two bugs (asserted below, not assumed).
+TEMPLATES = ["qwen-qwen2.5-7b-instruct", "meta-llama-llama-3.1-8b-instruct", "qwen-qwen2-vl-2b"]
+CASES = ["chat-single-user", "chat-system", "chat-whitespace-padded", "chat-multi-turn", "tools-one",
+         "tools-one-system", "tool-call-args-object", "content-parts-image"]
+TITLE_WORDS = {"tojson-sorts-keys": "tojson", "trim-does-nothing": "trim", "no-string-test": "is string"}
+
+
+def planted(*bugs):
+    argv = [sys.executable, str(HARNESS)] + [arg for bug in bugs for arg in ("--bug", bug)]
+    return get_runner("command:" + shlex.join(argv), workers=2, timeout=20)
+
+
+@pytest.fixture(scope="module")
+def selection():
+    return Selection.load(TEMPLATES, CASES)
+
+
+@pytest.fixture(scope="module")
+def reference():
+    runner = get_runner("hf", workers=2)
+    yield runner
+    runner.close()
+
+
+def failing(runner, cells) -> set:
+    results = run(runner, cells, GoldenJudge())
+    assert not [r for r in results.results if not r.passed and r.status not in NON_MATCHING], \
+        "the planted harness must only ever differ, never error or skip"
+    return {r.key for r in results.results if r.status in NON_MATCHING}
+
+
+def explained(runner, reference, cells, cache=None):
+    results = run(runner, cells, GoldenJudge())
+    return results, explain(results, runner, reference, requests_by_cell(cells), cache=cache)
+
+
+def test_planted_bugs_are_found_exactly(selection, reference, tmp_path):
+    cells = selection.cells()
+    alone = {}
+    for bug in BUGS:
+        with planted(bug) as runner:
+            alone[bug] = failing(runner, cells)
+        assert alone[bug], f"{bug} shows in no cell of the selection: the test would prove nothing"
+    for first in BUGS:
+        for second in BUGS:
+            if first < second:
+                assert not alone[first] & alone[second], f"{first} and {second} hit the same cells"
+
+    cache = ExplainCache(tmp_path / "cache")
+    with planted(*BUGS) as runner:
+        results, explanation = explained(runner, reference, cells, cache)
+        assert {r.key for r in results.results if r.status in NON_MATCHING} == set().union(*alone.values())
+        assert explanation.unexplained == []
+        assert len(explanation.causes) == len(BUGS), [c.title for c in explanation.causes]
+        schema_validator("explain.schema.json").validate(explanation.to_dict())
+        found = {}
+        for cause in explanation.causes:
+            matches = [bug for bug in BUGS if set(cause.cells) == alone[bug]]
+            assert len(matches) == 1, f"{cause.title}: its cells are not exactly one planted bug's"
+            found[matches[0]] = cause
+            assert cause.confirmed
+            repro = cause.repro()
+            assert repro["lines"] <= 3 and repro["messages"] <= 2, repro
+            assert TITLE_WORDS[matches[0]] in cause.title
+        assert set(found) == set(BUGS)
+        # The same bug with two symptoms (the reference renders some cells and refuses others) is one cause.
+        assert found["no-string-test"].statuses.keys() <= {"engine-raised", "raised-differently"}
+
+        # A second run reads every reduction from the cache and finds the same causes.
+        _, again = explained(runner, reference, cells, cache)
+    assert again.stats["reduced"] == 0 and again.stats["cached"] == explanation.stats["groups"]
+    assert [(c.id, sorted(c.cells)) for c in again.causes] == [(c.id, sorted(c.cells)) for c in explanation.causes]
+
+
+def test_no_bug_no_cause(selection, reference):
+    with planted() as runner:
+        results, explanation = explained(runner, reference, selection.cells())
+    assert results.figure()["conformance"] == 100.0
+    assert explanation.causes == [] and explanation.unexplained == []
+
+
+# -- the pieces ---------------------------------------------------------------------------------------------
+
+def test_symptoms_keep_the_same_difference_only():
+    target = compare(Rendered('{"a": 1, "b": "x"}'), Rendered('{"b": "x", "a": 1}'))
+    assert target.status == Status.DIVERGED and target.edits
+    assert compare(Rendered('{"a": 1}'), Rendered('{"a": 1}')).status == Status.MATCH
+    assert not compare(Rendered("x"), Rendered("y")).keeps(target)
+    assert compare(Rendered('{"a": 1, "b": "x"}'), Rendered('{"b": "x", "a": 1}')).keeps(target)
+    raised = compare(Rendered("ok"), Raised("unknown filter: tojson (in chat_template:12)", RefusalKind.RENDER))
+    elsewhere = compare(Rendered("other"), Raised("unknown filter: tojson (in chat_template:3)", RefusalKind.RENDER))
+    assert elsewhere.keeps(raised)  # locations are not part of a refusal's symptom
+    assert not compare(Rendered("x"), Raised("unknown test", RefusalKind.RENDER)).keeps(raised)
+    # Content a reducer shortens does not make the same edit look new; a keyword printed differently stays itself.
+    assert edits("Hello there" + "\n", "Hello there") == edits("Hi\n", "Hi") == frozenset({("\n", "")})
+    assert edits("True", "true") == frozenset({("True", "true")})
+    assert edits("You are Qwen. Hi", "Answer in one sentence. Hi") == edits("Be brief. Hi", "Hi there. Hi")
+
+
+def test_template_tree_keeps_the_exact_source_and_candidates_parse():
+    source = ("{%- if messages[0].role == 'system' -%}\n  {{- messages[0].content | trim }}\n{%- elif x %}y"
+              "{%- else %}{# c #}z{% endif %}\n{% for m in messages if m.role != 'system' %}{{ m.content }}"
+              "{% else %}none{% endfor %}{% raw %}{{ kept }}{% endraw %}{% generation %}g{% endgeneration %}")
+    tree = tpl.build_tree(source)
+    assert tpl.source_of(tree) == source
+    assert [type(n).__name__ for n in tree][:1] == ["Block"]
+    for path in tpl.all_paths(tree):
+        node = tpl.node_at(tree, path)
+        if isinstance(node, tpl.Block):
+            for variant in tpl.block_variants(node):
+                candidate = tpl.source_of(tpl.replace_at(tree, path, variant))
+                assert tpl.parses(candidate) or "loop" in candidate, candidate
+        else:
+            for leaf in tpl.expression_variants(node):
+                assert tpl.parses(tpl.source_of(tpl.replace_at(tree, path, (leaf,)))), leaf.text
+    instrumented, arms = tpl.instrumented(tree)
+    assert tpl.parses(instrumented) and len(arms) == 6  # if: 3 arms, for: 2, generation: 1
+
+
+def test_baseline_fast_path_known_causes_and_stale_causes(reference, tmp_path):
+    """Held against a format-2 baseline: known cells keep their cause without a reduction, a cell new to the
+    baseline whose cause is known is known, and a known cause whose reproducer no longer differs is news."""
+    from conformance.explain.baseline import explain_with_baseline
+    from conformance.judge.expectations import (
+        expectations_path,
+        load_expectations,
+        update_expectations,
+    )
+    from conformance.judge.status import Verdict
+
+    selection = Selection.load(["meta-llama-llama-3.1-8b-instruct"], ["chat-whitespace-padded", "chat-single-user"])
+    cells = selection.cells()
+    with planted("trim-does-nothing") as runner:
+        results = run(runner, cells, GoldenJudge(), expectations_dir=tmp_path)
+        first = explain_with_baseline(results, runner, reference, requests_by_cell(cells))
+        [cause] = first.causes
+        update_expectations(results.name, results.results, directory=tmp_path,
+                            causes={c.id: c.to_dict() for c in first.causes})
+        path = expectations_path(results.name, tmp_path)
+        data = json.loads(path.read_text())
+        # a known cause this run cannot touch, whose reproducer the engine renders like the reference
+        data["causes"].append({"id": "c-0000000000", "title": "fixed", "reason": "was a bug",
+                               "symptom": {"status": "diverged", "edits": [["", " "]]},
+                               "repro": {"template": "{{ messages[0].content }}",
+                                         "case": {"messages": [{"role": "user", "content": "x"}]}}})
+        template = cells[0].template.id
+        data["cells"][template]["chat-single-user"] = "diverged:0000000000000000@c-0000000000"
+        path.write_text(json.dumps(data))
+        again = run(runner, cells, GoldenJudge(), expectations_dir=tmp_path)
+        second = explain_with_baseline(again, runner, reference, requests_by_cell(cells))
+    assert second.stats["fast_path"] == len(cause.cells) and second.stats["reduced"] == 0
+    assert [c.id for c in second.causes] == [cause.id] and second.causes[0].confirmed
+    assert [s["id"] for s in second.stale] == ["c-0000000000"]
+    verdicts = {r.case_id: r.verdict for r in again.results}
+    assert verdicts["chat-whitespace-padded"] == Verdict.EXPECTED_FAIL
+    assert verdicts["chat-single-user"] == Verdict.UNEXPECTED_PASS  # it matches: the baseline is stale there too
+    assert load_expectations(results.name, tmp_path).causes[cause.id].repro["template"] == cause.repro()["template"]
+
+
+def test_explain_cli_writes_json_markdown_html(tmp_path, capsys):
+    """`chatgold explain` on real MiniJinja: its tojson escapes an apostrophe the reference leaves alone."""
+    from conformance.cli import main
+
+    status = main(["explain", "--runner", "minijinja", "--workers", "1", "--template", "qwen-qwen2.5-7b-instruct",
+                   "--case", "tools-no-parameters", "--case", "chat-single-user", "--no-cache",
+                   "--json", str(tmp_path / "e.json"), "--markdown", str(tmp_path / "e.md"),
+                   "--html", str(tmp_path / "e.html")])
+    assert status == 0
+    data = json.loads((tmp_path / "e.json").read_text())
+    schema_validator("explain.schema.json").validate(data)
+    [cause] = data["causes"]
+    assert cause["cells"] == [["qwen-qwen2.5-7b-instruct", "tools-no-parameters"]]
+    assert "tojson" in cause["title"] and cause["repro"]["confirmed"] and cause["gain"] > 0
+    assert "tojson" in cause["repro"]["template"] and cause["repro"]["lines"] <= 3
+    assert cause["id"] in capsys.readouterr().out
+    assert cause["title"] in (tmp_path / "e.md").read_text()
+    assert f'cause-minijinja-{cause["id"]}' in (tmp_path / "e.html").read_text()
+
+
+def test_macro_inlining_and_loop_unrolling_give_parseable_smaller_templates():
+    source = ("{% macro show(x, sep='; ') %}[{{ x }}]{{ sep }}{% endmacro %}"
+              "{%- for m in messages %}{{- show(m.content) }}{% endfor %}")
+    tree = tpl.build_tree(source)
+    [inlined] = list(tpl.inline_variants(tree))
+    text = tpl.source_of(inlined)
+    assert tpl.parses(text) and "{%- set x = m.content %}{%- set sep = '; ' %}[{{ x }}]{{ sep }}" in text
+    loop = tpl.node_at(tree, (1,))
+    flat = tpl.source_of(tpl.unrolled(loop))
+    assert tpl.parses(flat) and flat.startswith("{%- set m = (messages)[0] %}")
+    assert tpl.unrolled(tpl.build_tree("{% for m in xs %}{{ loop.index }}{% endfor %}")[0]) is None
