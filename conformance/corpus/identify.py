@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from conformance.corpus.manifest import Corpus, sha256_text
+from conformance.corpus.manifest import Corpus, CorpusError, sha256_text
 from runners.gguf_header import read_header
 
 DEFAULT_REPORT = Path("reports") / "report.json"  # what `tox -e conformance` writes
@@ -66,7 +66,13 @@ def load_report(path: Optional[Path]) -> tuple:
 
 
 def identify_gguf(path: Path, corpus: Corpus, results: Optional[dict] = None) -> list[Finding]:
-    header = read_header(path)
+    path = Path(path)
+    if path.is_dir():
+        raise CorpusError(f"{path}: is a directory; give GGUF files (e.g. {path}/*.gguf)")
+    try:
+        header = read_header(path)
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read: {exc.strerror or exc}") from None
     bos, _ = header.special_token("bos")
     eos, _ = header.special_token("eos")
     findings = []

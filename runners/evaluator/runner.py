@@ -104,6 +104,8 @@ class EvaluatorRunner(Runner):
             return Raised(exc.reference_text(), refusal_kind(exc))
         except MemoryError:
             return Errored(f"{request.cell()}: memory exhausted while rendering")
+        except RecursionError as exc:  # input nested past Python's stack, before the template ran: as in HF
+            return Raised(f"RecursionError: {exc}", RefusalKind.RENDER)
         return Rendered(text)
 
     def close(self) -> None:
