@@ -496,6 +496,20 @@ async def _send_error(send, status: int, detail: str, headers: Optional[list] = 
     await send({"type": "http.response.body", "body": body})
 
 
+def _clip(value: Any, limit: int = 200) -> Any:
+    """The input a validation error echoes, cut short: a body of megabytes is not sent back (or copied)."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + f"... ({len(value)} characters)"
+    if isinstance(value, (list, dict)):
+        try:
+            size = len(json.dumps(value, ensure_ascii=False))
+        except (TypeError, ValueError, RecursionError):
+            size = limit + 1
+        if size > limit:
+            return f"<{type(value).__name__} of {len(value)} items, {size} characters of JSON>"
+    return value
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     """Every error answer is JSON, whatever the request held: FastAPI's own handlers echo the input in a plain
     JSONResponse, which fails (500, text) on a lone surrogate; and a body that is not JSON at all (bad UTF-8,
@@ -503,7 +517,8 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request, exc: RequestValidationError):
-        return _JSON({"detail": jsonable_encoder(exc.errors())}, status_code=422)
+        errors = [{**error, "input": _clip(error["input"])} if "input" in error else error for error in exc.errors()]
+        return _JSON({"detail": jsonable_encoder(errors)}, status_code=422)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, exc: StarletteHTTPException):
