@@ -55,7 +55,7 @@ GOLDENS_WORKERS = 1
 GOLDENS_QUEUE = 4
 ATTRIBUTION_WORKERS = 1
 ATTRIBUTION_QUEUE = 8
-WORKER_NICE = 10  # worker processes yield the CPU to the server's own request handling
+WORKER_NICE = 19  # the lowest priority: worker processes yield the CPU to the server's own request handling
 # Beyond loopback: a token is required and each client address gets DEFAULT_RATE requests/s (bursts of 2x).
 DEFAULT_RATE = 20.0
 TOKEN_ENV = "CHATGOLD_SERVICE_TOKEN"
@@ -437,8 +437,7 @@ class Guard:
             pool = self.state_of().goldens_pool
             if pool.full():
                 busy = Busy(pool.name, pool.retry_after)
-                return await _send_error(send, 503, str(busy), [(b"retry-after", str(busy.retry_after).encode()),
-                                                                (b"connection", b"close")])
+                return await _send_error(send, 503, str(busy), [(b"retry-after", str(busy.retry_after).encode())])
         return await self.app(scope, receive, send)
 
 
@@ -558,11 +557,18 @@ def create_app(state: Optional[State] = None, token: Optional[str] = None,
                               "apply_chat_template. Fetch them, check an engine's output against them, "
                               "or have the reference render a new template.")
 
+    @functools.lru_cache(maxsize=64)
+    def template_list_body(patterns: tuple, detail: bool) -> bytes:
+        # The corpus does not change while the service runs: each listing is built and encoded once.
+        entries = st().corpus.select(list(patterns) or None)
+        data = TemplateList.model_validate({"count": len(entries), "templates": [summary_of(e, detail)
+                                                                                 for e in entries]})
+        return _JSON(None).render(data.model_dump(mode="json"))
+
     @app.get("/v1/templates", response_model=TemplateList, tags=["read"])
     def list_templates(template: Optional[list[str]] = Query(None, max_length=50, description="id globs"),
                        detail: bool = Query(False, description="include constructs and capabilities (slow)")):
-        entries = st().corpus.select(template)
-        return {"count": len(entries), "templates": [summary_of(e, detail) for e in entries]}
+        return Response(template_list_body(tuple(template or ()), detail), media_type="application/json")
 
     @app.get("/v1/templates/{template_id}", response_model=TemplateDetail, responses=_ERRORS, tags=["read"])
     def get_template(template_id: str):
@@ -719,8 +725,9 @@ def serve(host: str = "127.0.0.1", port: int = 8765, ready_file: Optional[str] =
                              f"(--token or {TOKEN_ENV})")
         rate_limit = rate_limit or DEFAULT_RATE
     app = create_app(token=token, rate_limit=rate_limit)
+    # A bounded shutdown: requests still waiting on a reference render are cut off after a few seconds.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            http=_json_400_protocol())
+                            http=_json_400_protocol(), timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
 
     async def run():

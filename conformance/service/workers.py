@@ -52,6 +52,8 @@ class WorkPool:
 
     def submit(self, job: Callable[[Any], Any]) -> concurrent.futures.Future:
         future: concurrent.futures.Future = concurrent.futures.Future()
+        if self._closed:
+            raise Busy(self.name, self.retry_after)
         try:
             self._queue.put_nowait((job, future))
         except queue.Full:
@@ -93,13 +95,17 @@ class WorkPool:
             if item is not None:
                 item[1].cancel()
         for _ in self._threads:
-            self._queue.put(None)
-        for thread in self._threads:
-            thread.join(timeout=30)
+            try:
+                self._queue.put(None, timeout=1)
+            except queue.Full:
+                break
+        # End the worker processes first: a job still running then fails at once instead of finishing.
         with self._lock:
             resources, self._resources = self._resources, []
         for resource in resources:
             _close(resource)
+        for thread in self._threads:
+            thread.join(timeout=10)
 
 
 def _close(resource) -> None:
