@@ -82,12 +82,15 @@ def _has_tag(pid: int, marker: bytes) -> bool:
         return False
 
 
-def tree_members(root: int, tag: Optional[str]) -> set:
-    """Every live process of the tree rooted at `root` (see the module docstring)."""
+def tree_members(root: Optional[int], tag: Optional[str]) -> set:
+    """Every live process of the tree rooted at `root` (see the module docstring); without `root` (its pid was
+    already reaped and may belong to another process by now), the processes carrying `tag`."""
     table = _proc_stat()
-    members = {pid for pid, (_, pgid, sid) in table.items() if pgid == root or sid == root}
-    if root in table:
-        members.add(root)
+    members = set()
+    if root is not None:
+        members = {pid for pid, (_, pgid, sid) in table.items() if pgid == root or sid == root}
+        if root in table:
+            members.add(root)
     children: dict = {}
     for pid, (ppid, _, _) in table.items():
         children.setdefault(ppid, []).append(pid)
@@ -109,10 +112,11 @@ def tree_members(root: int, tag: Optional[str]) -> set:
 
 def kill_tree(proc, tag: Optional[str] = None) -> None:
     """SIGKILL `proc` (started with start_new_session=True) and its whole tree, then reap `proc`."""
-    root = proc.pid
+    # Once reaped, proc's pid is free for reuse: only the tag then says what belongs to the tree.
+    root = proc.pid if proc.returncode is None else None
     for _ in range(_ROUNDS):
         members = tree_members(root, tag)
-        if proc.poll() is None:
+        if root is not None and proc.poll() is None:
             members.add(root)
         if not members:
             break
@@ -121,12 +125,14 @@ def kill_tree(proc, tag: Optional[str] = None) -> None:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-        try:
-            os.killpg(root, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if root is not None:
+            try:
+                os.killpg(root, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
         if proc.poll() is None:
             proc.wait()
+        root = None  # reaped now: what is left of the tree is found by its tag
         # Killed processes linger as zombies until their parent reaps them: those are done, not alive.
         if all(_is_zombie(pid) for pid in tree_members(root, tag)):
             break

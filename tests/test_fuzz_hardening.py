@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 
@@ -21,8 +18,8 @@ import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from service_support import start_service, stop_service
 
-from conformance import repo_root
 from conformance.corpus.cases import CaseError, case_from_data
 from runners.base import RenderRequest
 
@@ -246,22 +243,10 @@ BODIES = st.one_of(
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    ready = tmp_path_factory.mktemp("fuzz-service") / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "serve", "--port", "0", "--ready-file",
-                             str(ready)], cwd=repo_root(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not (ready.exists() and ready.read_text()):
-        assert proc.poll() is None and time.monotonic() < deadline, "the service did not start"
-        time.sleep(0.05)
-    yield proc, f"http://127.0.0.1:{ready.read_text()}"
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def server():
+    proc, url = start_service()
+    yield proc, url
+    stop_service(proc)
 
 
 def _peak_mb(pid: int) -> int:

@@ -4,7 +4,6 @@ turns bad input (a directory, a missing file, deep nesting, an oversized templat
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
 import signal
@@ -16,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from test_identify import write_gguf
 
 from conformance import repo_root
 from conformance.judge.goldens import find_orphans, read_golden, write_golden
@@ -123,21 +123,6 @@ def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-def _deep_gguf(path: Path, template: str) -> Path:
-    import gguf
-    import numpy as np
-
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_chat_template(template)
-    writer.add_token_list(["<s>", "</s>"])
-    writer.add_tensor("weight", np.ones((2, 2), dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 def test_bad_input_on_every_cli_path_is_one_line_and_exit_2(tmp_path):
     deep_case = tmp_path / "deep.json"
     deep_case.write_text('{"id": "deep", "description": "d", "features": ["chat"], "messages": [{"role": "user", '
@@ -145,7 +130,7 @@ def test_bad_input_on_every_cli_path_is_one_line_and_exit_2(tmp_path):
     nested_case = tmp_path / "nested.json"
     nested_case.write_text('{"id": "nested", "description": "d", "features": ["chat"], "messages": [{"role": '
                            '"user", "content": ' + "[" * 5000 + "]" * 5000 + "}]}")
-    deep_gguf = _deep_gguf(tmp_path / "deep.gguf", "{% if x %}" * 5000 + "{% endif %}" * 5000)
+    deep_gguf = write_gguf(tmp_path / "deep.gguf", "{% if x %}" * 5000 + "{% endif %}" * 5000)
     big = tmp_path / "big.jinja"
     big.write_text("{{ 'x' }}\n" * (MAX_TEMPLATE_BYTES // 10 + 1))
     runs = {

@@ -24,13 +24,10 @@ def _requests(count: int, templates: int = 1) -> list:
 
 def test_a_harness_that_never_starts_is_given_up_with_one_message(capfd):
     start_timeout = 0.5
-    runner = CommandRunner([sys.executable, str(HARNESS), "mute"], start_timeout=start_timeout)
     requests = _requests(93, templates=31)  # a 93-case run over 31 templates: one start attempt per template
     started = time.monotonic()
-    try:
+    with CommandRunner([sys.executable, str(HARNESS), "mute"], start_timeout=start_timeout) as runner:
         outcomes = list(runner.render_many(requests))
-    finally:
-        runner.close()
     elapsed = time.monotonic() - started
     assert len(outcomes) == len(requests) and all(isinstance(o, Errored) for o in outcomes)
     assert runner.given_up and f"after {GIVE_UP_AFTER} failed starts" in runner.given_up

@@ -7,7 +7,6 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from service_support import start_service, stop_service
 
 from conformance import repo_root
 from conformance.corpus.manifest import TemplateEntry, sha256_text
@@ -44,38 +44,14 @@ def _root(tmp: Path) -> Path:
     return tmp
 
 
-def _start(root: Path, *options: str):
-    ready = root / f"port-{len(list(root.glob('port-*')))}"
-    env = dict(os.environ, CHATGOLD_ROOT=str(root))
-    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "serve", "--port", "0", "--ready-file",
-                             str(ready), *options], cwd=repo_root(), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not (ready.exists() and ready.read_text()):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"service did not start: {proc.stdout.read().decode(errors='replace')}")
-        time.sleep(0.05)
-    return proc, f"http://127.0.0.1:{ready.read_text()}"
-
-
-def _stop(proc) -> None:
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     root = _root(tmp_path_factory.mktemp("hostile"))
-    proc, url = _start(root, "--token", TOKEN, "--rate-limit", "10000")
+    proc, url = start_service("--token", TOKEN, "--rate-limit", "10000", root=root)
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {TOKEN}"
     yield proc, url, session
-    _stop(proc)
+    stop_service(proc)
 
 
 def _peak_mb(pid: int) -> int:
@@ -186,11 +162,11 @@ def test_binding_beyond_loopback_needs_a_token():
 
 
 def test_the_rate_limit_answers_429_with_retry_after(tmp_path):
-    proc, url = _start(_root(tmp_path), "--rate-limit", "2")
+    proc, url = start_service("--rate-limit", "2", root=_root(tmp_path))
     try:
         codes = [requests.get(f"{url}/v1/cases/{CASE}", timeout=10) for _ in range(12)]
     finally:
-        _stop(proc)
+        stop_service(proc)
     limited = [a for a in codes if a.status_code == 429]
     assert limited and codes[0].status_code == 200
     assert int(limited[0].headers["Retry-After"]) >= 1 and "rate limit" in limited[0].json()["detail"]

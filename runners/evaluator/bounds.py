@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import types
 from collections.abc import Mapping
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 import jinja2.utils
 from jinja2.runtime import Undefined

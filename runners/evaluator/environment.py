@@ -374,7 +374,9 @@ class ChatTemplateEnvironment(ImmutableSandboxedEnvironment):
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 - jinja2's own naming
         budget = _check()
         if budget is not None:
-            if args and isinstance(args[0], types.GeneratorType):
+            if args and isinstance(args[0], types.GeneratorType) and getattr(__obj, "__name__", "") == "join" \
+                    and isinstance(getattr(__obj, "__self__", None), (str, bytes)):
+                # str.join of a generator: its items are counted first (the same text comes out).
                 args = (list(_bounded_items(args[0], budget, "a call")),) + args[1:]
             bounds.method_precheck(budget, __obj, args, kwargs)
         result = super().call(__context, __obj, *args, **kwargs)
