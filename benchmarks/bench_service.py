@@ -101,12 +101,12 @@ def run(kind: str, base: str, payload: dict, count: int, threads: int, rate: flo
 
 
 HOSTILE = ("{% for i in range(99999) %}{% for j in range(99999) %}{% endfor %}{% endfor %}"
-           + "{# padding #}" * 8000)  # hangs the reference; about 100 KB to send and parse
+           + "{# padding #}" * int(os.environ.get("FLOOD_PADDING", "8000")))  # hangs the reference; about 100 KB to send and parse
 
 # The hostile clients: asyncio over raw keep-alive connections, so that the load generator (which shares the
 # CPUs with the server and the measuring client) costs far less than the requests it makes the server answer.
 FLOODER = r"""
-import asyncio, json, random, sys, time
+import asyncio, json, random, signal, sys, time
 from urllib.parse import urlsplit
 base, clients, pause, seconds = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 host, port = urlsplit(base).hostname, urlsplit(base).port
@@ -116,15 +116,15 @@ request = CRLF.join([b"POST /v1/goldens HTTP/1.1", f"host: {host}".encode(), b"c
                      f"content-length: {len(body)}".encode(), b"", body])
 counts = {}
 
-async def client(stop):
+async def client(stop, ended):
     reader = writer = None
-    while time.monotonic() < stop:
+    while time.monotonic() < stop and not ended.is_set():
         try:
             if writer is None:
                 reader, writer = await asyncio.open_connection(host, port)
             writer.write(request)
             await writer.drain()
-            head = await asyncio.wait_for(reader.readuntil(CRLF + CRLF), max(0.1, stop - time.monotonic()))
+            head = await asyncio.wait_for(reader.readuntil(CRLF + CRLF), 60)
             status = head.split(b" ", 2)[1].decode()
             length = next((int(line.split(b":")[1]) for line in head.split(CRLF)
                            if line.lower().startswith(b"content-length:")), 0)
@@ -143,8 +143,16 @@ async def client(stop):
         writer.close()
 
 async def main():
-    stop = time.monotonic() + seconds
-    await asyncio.gather(*(client(stop) for _ in range(clients)))
+    stop, ended = time.monotonic() + seconds, asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, ended.set)  # the benchmark ends the window
+    tasks = [asyncio.create_task(client(stop, ended)) for _ in range(clients)]
+    try:
+        await asyncio.wait_for(ended.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
+    await asyncio.wait(tasks, timeout=2)  # requests in flight may finish; those the reference holds do not
+    for task in tasks:
+        task.cancel()
 
 asyncio.run(main())
 print(json.dumps(counts))
@@ -163,29 +171,36 @@ def templates_latencies(base: str, count: int) -> list:
     return sorted(latencies)
 
 
-def flood(base: str, clients: int, pause: float, count: int) -> dict:
-    """GET /v1/templates p99 idle, then under `clients` hostile POST /v1/goldens clients."""
+def flood(base: str, clients: int, pause: float, count: int, rounds: int = 3) -> dict:
+    """GET /v1/templates p99 idle and under `clients` hostile POST /v1/goldens clients, in alternating windows
+    (idle, flood, idle, flood, ...) so that a change in the machine's own load falls on both sides."""
     templates_latencies(base, 20)  # warm up
-    idle = templates_latencies(base, count)
-    warmup = 10.0
-    duration = warmup + 4 * count * max(idle[len(idle) // 2], 0.01) + 30
-    flooder = subprocess.Popen([sys.executable, "-c", FLOODER, base, str(clients), str(pause), str(duration)],
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    flooder.stdin.write(HOSTILE)
-    flooder.stdin.close()
-    time.sleep(warmup)  # every client started and the reference busy
-    loaded = templates_latencies(base, count)
-    counts = json.loads(flooder.stdout.read() or "{}")
-    flooder.wait()
+    idle, loaded, counts = [], [], {}
+    per_window = max(1, count // rounds)
+    for _ in range(rounds):
+        idle += templates_latencies(base, per_window)
+        flooder = subprocess.Popen([sys.executable, "-c", FLOODER, base, str(clients), str(pause), "600"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        flooder.stdin.write(HOSTILE)
+        flooder.stdin.close()
+        time.sleep(5 + pause)  # every client started, the reference busy, the first answers back
+        loaded += templates_latencies(base, per_window)
+        flooder.terminate()  # SIGTERM: its clients finish their current request and it prints what it got
+        for status, number in json.loads(flooder.stdout.read() or "{}").items():
+            counts[status] = counts.get(status, 0) + number
+        flooder.wait()
+    idle.sort()
+    loaded.sort()
 
     def p99(values):
         return round(1000 * values[int(0.99 * (len(values) - 1))], 2)
 
     ratio = round(p99(loaded) / p99(idle), 2)
-    return {"endpoint": "GET /v1/templates", "requests": count, "idle_p50_ms": round(1000 * idle[len(idle) // 2], 2),
-            "idle_p99_ms": p99(idle), "flood_p50_ms": round(1000 * loaded[len(loaded) // 2], 2),
-            "flood_p99_ms": p99(loaded), "ratio": ratio, "flood_clients": clients, "flood_pause_s": pause,
-            "flood_answers": counts, "target_met": ratio <= 2.0}
+    return {"endpoint": "GET /v1/templates", "requests": len(idle) + len(loaded), "rounds": rounds,
+            "idle_p50_ms": round(1000 * idle[len(idle) // 2], 2), "idle_p99_ms": p99(idle),
+            "flood_p50_ms": round(1000 * loaded[len(loaded) // 2], 2), "flood_p99_ms": p99(loaded),
+            "ratio": ratio, "flood_clients": clients, "flood_pause_s": pause,
+            "hostile_body_bytes": len(HOSTILE), "flood_answers": counts, "target_met": ratio <= 2.0}
 
 
 def main() -> int:

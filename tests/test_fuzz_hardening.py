@@ -23,7 +23,7 @@ from service_support import start_service, stop_service
 from conformance.corpus.cases import CaseError, case_from_data
 from runners.base import RenderRequest
 
-FUZZ_SLICE = {"templates": 700, "cases": 700, "bodies": 400}
+FUZZ_SLICE = {"templates": 500, "cases": 500, "bodies": 400}
 EXAMPLES = {target: int(os.environ.get("CHATGOLD_FUZZ_EXAMPLES", count)) for target, count in FUZZ_SLICE.items()}
 PEAK_MB = 1024          # the evaluator harness's peak RSS over a whole run (its cap: 2 GiB address space)
 SERVER_GROWTH_MB = 150  # the server's peak RSS growth over a whole run

@@ -543,6 +543,7 @@ def create_app(state: Optional[State] = None, token: Optional[str] = None,
     async def lifespan(app):
         if holder["state"] is None:
             holder["state"] = State()
+        listings[((), False)] = await run_in_threadpool(build_listing, (), False)
         yield
         holder["state"].close()
 
@@ -557,18 +558,26 @@ def create_app(state: Optional[State] = None, token: Optional[str] = None,
                               "apply_chat_template. Fetch them, check an engine's output against them, "
                               "or have the reference render a new template.")
 
-    @functools.lru_cache(maxsize=64)
-    def template_list_body(patterns: tuple, detail: bool) -> bytes:
-        # The corpus does not change while the service runs: each listing is built and encoded once.
+    listings: dict = {}  # (id globs, detail) -> encoded body: the corpus does not change while the service runs
+
+    def build_listing(patterns: tuple, detail: bool) -> bytes:
         entries = st().corpus.select(list(patterns) or None)
         data = TemplateList.model_validate({"count": len(entries), "templates": [summary_of(e, detail)
                                                                                  for e in entries]})
         return _JSON(None).render(data.model_dump(mode="json"))
 
+    # Built once per selection (in a thread), then served from memory on the event loop: no thread hop, so the
+    # listing keeps its latency however busy the request threads are.
     @app.get("/v1/templates", response_model=TemplateList, tags=["read"])
-    def list_templates(template: Optional[list[str]] = Query(None, max_length=50, description="id globs"),
-                       detail: bool = Query(False, description="include constructs and capabilities (slow)")):
-        return Response(template_list_body(tuple(template or ()), detail), media_type="application/json")
+    async def list_templates(template: Optional[list[str]] = Query(None, max_length=50, description="id globs"),
+                             detail: bool = Query(False, description="include constructs and capabilities (slow)")):
+        key = (tuple(template or ()), detail)
+        body = listings.get(key)
+        if body is None:
+            body = await run_in_threadpool(build_listing, *key)
+            if len(listings) < 64:
+                listings[key] = body
+        return Response(body, media_type="application/json")
 
     @app.get("/v1/templates/{template_id}", response_model=TemplateDetail, responses=_ERRORS, tags=["read"])
     def get_template(template_id: str):
@@ -651,7 +660,12 @@ def create_app(state: Optional[State] = None, token: Optional[str] = None,
             future = state.goldens_pool.submit(functools.partial(_render_goldens, state, body, cases))
         except Busy as exc:
             raise HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
-        return await asyncio.wrap_future(future)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:  # the server is shutting down under this request
+            future.cancel()
+            raise HTTPException(503, "the service is shutting down; retry later", headers={"Retry-After": "30"}) \
+                from None
 
     def _render_goldens(state: State, body: GoldensRequest, cases: list, runner) -> dict:
         data = body.template.encode("utf-8", ENCODING_ERRORS)
