@@ -8,14 +8,11 @@ templates took before (2.9 GB and 28 s for the join bomb, 969 MB for the format 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
+from hardening_support import measured
 
-from conformance import repo_root
 from runners.base import MAX_TEMPLATE_BYTES, Errored, RenderRequest
 from runners.evaluator import ChatTemplate, OutputLimitError
 from runners.evaluator.environment import COMPILE_TIME_LIMIT
@@ -65,26 +62,8 @@ def test_the_evaluator_refuses_a_bomb_with_its_typed_error(name):
     assert time.monotonic() - started < SECONDS
 
 
-def _measured(code: str) -> dict:
-    """Run `code` in a wrapper process; it prints one JSON line; the wrapper adds its children's peak RSS."""
-    wrapper = textwrap.dedent("""
-        import json, resource, sys
-        result = {}
-        exec(sys.argv[1], {"result": result})
-        result["children_peak_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024
-        # VmHWM, not RUSAGE_SELF: Linux carries the pre-exec peak of the forking parent (pytest) into the latter.
-        with open("/proc/self/status") as status:
-            result["self_peak_mb"] = next(int(l.split()[1]) for l in status if l.startswith("VmHWM")) // 1024
-        print(json.dumps(result))
-    """)
-    done = subprocess.run([sys.executable, "-c", wrapper, textwrap.dedent(code)], capture_output=True, text=True,
-                          cwd=repo_root(), timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def test_every_bomb_renders_out_of_process_with_bounded_memory_and_time():
-    found = _measured(f"""
+    found = measured(f"""
         import time
         from runners.base import RenderRequest
         from runners.evaluator.runner import EvaluatorRunner
@@ -108,7 +87,7 @@ def test_every_bomb_renders_out_of_process_with_bounded_memory_and_time():
 def test_chatgold_render_with_the_evaluator_is_bounded(tmp_path):
     template = tmp_path / "bomb.jinja"
     template.write_text(BOMBS["join-shared-items"])
-    found = _measured(f"""
+    found = measured(f"""
         import subprocess, sys, time
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "conformance.cli", "render", "--runner", "evaluator",

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hardening_support import measured
 from test_identify import write_gguf
 
 from conformance import repo_root
@@ -155,6 +156,34 @@ def test_bad_input_on_every_cli_path_is_one_line_and_exit_2(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("chatgold: error: "), (label, done.stderr[-2000:])
         assert "Traceback" not in done.stderr, label
     assert not list(Path(repo_root(), "templates").glob(".*.tmp"))
+
+
+def test_a_50_mb_template_in_a_valid_gguf_is_refused_quickly_and_leaves_nothing(tmp_path):
+    """The issue's reproduction: one `{% if %}{{ }}{% endif %}` line repeated to 50 MB inside a valid GGUF. Before,
+    `corpus import` ran past 300 s at 2.1 GB; now import and render refuse it at once, bounded in memory, and the
+    corpus is untouched."""
+    line = "{% if x %}{{ y }}{% endif %}\n"
+    gguf_path = write_gguf(tmp_path / "big.gguf", line * (50 * 1024 * 1024 // len(line)))
+    root = tmp_path / "templates"
+    shutil.copytree(Path(repo_root(), "templates"), root)
+    before = sorted(p.name for p in root.iterdir())
+    found = measured(f"""
+        import subprocess, sys, time
+        runs = {{}}
+        for args in (["corpus", "import", {str(gguf_path)!r}],
+                     ["render", "--runner", "evaluator", "--template-file", {str(gguf_path)!r}, "--case",
+                      "chat-single-user"]):
+            started = time.monotonic()
+            done = subprocess.run([sys.executable, "-m", "conformance.cli", *args], capture_output=True, text=True,
+                                  env=dict(__import__("os").environ, CHATGOLD_ROOT={str(tmp_path)!r}))
+            runs[args[0]] = [done.returncode, done.stderr, time.monotonic() - started]
+        result["runs"] = runs
+    """)
+    for command, (code, stderr, seconds) in found["runs"].items():
+        assert code == 2 and "over the limit of" in stderr and "Traceback" not in stderr, (command, stderr)
+        assert seconds < 60, (command, seconds)
+    assert found["children_peak_mb"] < 600, found  # the file's 50 MB string, read once
+    assert sorted(p.name for p in root.iterdir()) == before
 
 
 def test_a_deep_gguf_header_is_refused_with_an_offset(tmp_path):
