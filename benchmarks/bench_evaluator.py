@@ -45,7 +45,7 @@ def main() -> None:
     hf, evaluator = HFRenderer(), EvaluatorRunner()
     for request in requests:  # warm both compile caches
         hf.render(request)
-        evaluator.render(request)
+        evaluator.render_in_process(request)
     traceable = [r for r in requests if not r.continue_final_message]
 
     hf_time = ev_time = trace_time = plain_time = 0.0
@@ -54,7 +54,7 @@ def main() -> None:
             started = time.perf_counter()
             hf.render(request)
             middle = time.perf_counter()
-            evaluator.render(request)
+            evaluator.render_in_process(request)
             ended = time.perf_counter()
             hf_time += middle - started
             ev_time += ended - middle

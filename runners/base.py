@@ -22,6 +22,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Iterable, Iterator, Mapping, Optional, Union
 
+# The largest template chatgold imports or renders, in UTF-8 bytes: over 5x the largest real chat template
+# (45 KB). Bigger ones are refused with a clear error (corpus import, render, the service), which also bounds
+# how long a template can take to parse (docs/ARCHITECTURE.md, "Bounds").
+MAX_TEMPLATE_BYTES = 256 * 1024
+
 # A fixed default clock so that templates calling strftime_now are reproducible.
 DEFAULT_NOW = "2025-06-15T09:30:00+00:00"
 
@@ -269,7 +274,9 @@ def describe_exit(returncode: Optional[int]) -> str:
 
 
 def kill_process_group(proc) -> None:
-    """SIGKILL a child started with start_new_session=True and everything it spawned, then reap it."""
+    """SIGKILL a child started with start_new_session=True and its process group, then reap it. Engine
+    processes are ended with runners.proctree.kill_tree instead, which also finds descendants that left the
+    group (setsid)."""
     import os
     import signal
 

@@ -2,7 +2,10 @@
 
 Failure handling: a harness that crashes, hangs past the timeout, prints something that is not a protocol
 response, or answers with the wrong seq costs that one cell (Errored, with the stderr tail) and a restart;
-the next cell gets a fresh process, and the run goes on.
+the next cell gets a fresh process, and the run goes on. A harness that fails to start GIVE_UP_AFTER times in
+a row is given up for the rest of the run: its remaining cells are Errored at once with the reason, said once
+on stderr. Its stderr is kept in a ring buffer (the last STDERR_KEEP bytes), and ending a harness ends its whole
+process tree, descendants that called setsid included (runners/proctree.py).
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import os
 import queue
 import selectors
 import subprocess
-import tempfile
+import sys
 import threading
 import time
 from typing import Iterable, Iterator, Optional, Sequence
@@ -23,8 +26,8 @@ from .base import (
     Runner,
     RunnerUnavailable,
     describe_exit,
-    kill_process_group,
 )
+from .proctree import kill_tree, tagged_env, track
 from .protocol import (
     PROTOCOL_VERSION,
     ProtocolError,
@@ -42,7 +45,9 @@ START_TIMEOUT = 60.0
 # enough that a harness crash mid-batch re-sends little.
 BATCH_SIZE = 64
 STDERR_TAIL = 4000
+STDERR_KEEP = 64 * 1024  # bytes of a harness's stderr kept (the rest is read and dropped)
 MAX_LINE = 256 * 1024 * 1024
+GIVE_UP_AFTER = 3  # failed starts in a row after which a runner is given up for the run
 
 
 class HarnessFailure(Exception):
@@ -63,23 +68,71 @@ class BatchFailure(HarnessFailure):
         self.outcomes = outcomes
 
 
+class StderrRing:
+    """Reads a pipe to its end on a thread, keeping only the last `keep` bytes: a harness that writes to stderr
+    forever costs a fixed amount of memory and no disk."""
+
+    def __init__(self, pipe, keep: int = STDERR_KEEP):
+        self.keep = keep
+        self._data = bytearray()
+        self._lock = threading.Lock()
+        self._pipe = pipe
+        self._thread = threading.Thread(target=self._drain, name="harness-stderr", daemon=True)
+        self._thread.start()
+
+    def _drain(self) -> None:
+        fd = self._pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            with self._lock:
+                self._data += chunk
+                if len(self._data) > 2 * self.keep:
+                    del self._data[:-self.keep]
+        try:
+            self._pipe.close()
+        except OSError:
+            pass
+
+    def tail(self, limit: int) -> str:
+        with self._lock:
+            data = bytes(self._data[-min(limit, self.keep):])
+        return data.decode("utf-8", "replace")
+
+    def settle(self, timeout: float = 1.0) -> None:
+        """Wait (briefly) for what a dead process wrote last."""
+        self._thread.join(timeout)
+
+
 class HarnessProcess:
     """One live harness process: start handshake, one render at a time, stop."""
 
     def __init__(self, argv: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None,
-                 start_timeout: float = START_TIMEOUT, validate: bool = False, version: int = PROTOCOL_VERSION):
+                 start_timeout: float = START_TIMEOUT, validate: bool = False, version: int = PROTOCOL_VERSION,
+                 nice: int = 0):
         self.argv = list(argv)
         self.version = version
         # validate: check every line both ways against runners/protocol/*.schema.json (a violation is a failure).
         self.validate = validate
-        self.stderr_file = tempfile.TemporaryFile()
+        env, self.tag = tagged_env(env)
         try:
             self.proc = subprocess.Popen(
-                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr_file,
+                self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 env=env, cwd=cwd, start_new_session=True,
             )
         except OSError as exc:
             raise RunnerUnavailable(f"cannot start harness {self.argv!r}: {exc}") from exc
+        track(self.proc, self.tag)
+        self.stderr = StderrRing(self.proc.stderr)
+        if nice:  # set after exec (no preexec_fn with threads); what it starts later inherits it
+            try:
+                os.setpriority(os.PRIO_PROCESS, self.proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+            except OSError:
+                pass
         self._buffer = b""
         self._selector = selectors.DefaultSelector()
         self._selector.register(self.proc.stdout, selectors.EVENT_READ)
@@ -185,13 +238,9 @@ class HarnessProcess:
             raise HarnessFailure(f"protocol violation: {exc}") from exc
 
     def stderr_tail(self, limit: int = STDERR_TAIL) -> str:
-        try:
-            self.stderr_file.seek(0, os.SEEK_END)
-            size = self.stderr_file.tell()
-            self.stderr_file.seek(max(0, size - limit))
-            return self.stderr_file.read().decode("utf-8", "replace")
-        except (OSError, ValueError):
-            return ""
+        if self.proc.poll() is not None:
+            self.stderr.settle(0.5)
+        return self.stderr.tail(limit)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -207,14 +256,14 @@ class HarnessProcess:
         self.kill()
 
     def kill(self) -> None:
-        kill_process_group(self.proc)
+        kill_tree(self.proc, self.tag)
         for stream in (self.proc.stdin, self.proc.stdout):
             try:
                 stream.close()
             except OSError:
                 pass
         self._selector.close()
-        self.stderr_file.close()
+        self.stderr.settle(0.5)
 
 
 class CommandRunner(Runner):
@@ -224,7 +273,7 @@ class CommandRunner(Runner):
 
     def __init__(self, argv: Sequence[str], name: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
                  workers: int = 1, env: Optional[dict] = None, cwd: Optional[str] = None,
-                 start_timeout: float = START_TIMEOUT, validate: bool = False):
+                 start_timeout: float = START_TIMEOUT, validate: bool = False, nice: int = 0):
         if not argv:
             raise ValueError("command runner needs a command line")
         self.argv = list(argv)
@@ -234,6 +283,7 @@ class CommandRunner(Runner):
         self.cwd = cwd
         self.start_timeout = start_timeout
         self.validate = validate
+        self.nice = nice  # added to the harness processes' niceness (a server keeps its own requests first)
         self._idle: "queue.Queue[Optional[HarnessProcess]]" = queue.Queue()
         for _ in range(self.workers):
             self._idle.put(None)
@@ -246,20 +296,45 @@ class CommandRunner(Runner):
         self.protocol = PROTOCOL_VERSION  # lowered to 1 once a harness refuses version 2
         self.build: Optional[str] = None  # version 2: the harness's build identity, when it gives one
         self._described = False
+        self._failed_starts = 0
+        self.given_up: Optional[str] = None  # why the runner was given up for the run, once it was
 
     # Starting the first process tells us the harness's own name, version and protocol version.
     def _spawn(self) -> HarnessProcess:
+        if self.given_up is not None:
+            raise RunnerUnavailable(self.given_up)
+        try:
+            proc = self._start_process()
+        except RunnerUnavailable as exc:
+            with self._lock:
+                self._failed_starts += 1
+                if self._failed_starts >= GIVE_UP_AFTER and self.given_up is None:
+                    self.given_up = (f"{self.name}: given up for this run after {self._failed_starts} failed "
+                                     f"starts in a row; the last: {exc}")
+                    print(f"chatgold: {self.given_up}", file=sys.stderr, flush=True)
+            raise
+        with self._lock:
+            self._failed_starts = 0
+        return proc
+
+    def retry_starts(self) -> None:
+        """Forget earlier failed starts (a long-lived user, e.g. the service, gives each request a new chance)."""
+        with self._lock:
+            self._failed_starts = 0
+            self.given_up = None
+
+    def _start_process(self) -> HarnessProcess:
         try:
             try:
                 proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout,
-                                      validate=self.validate, version=self.protocol)
+                                      validate=self.validate, version=self.protocol, nice=self.nice)
             except VersionRefused:
                 if self.protocol == 1:
                     raise
                 # A version-1 harness refuses 2 and exits, as version 1 tells it to: start it again with 1.
                 self.protocol = 1
                 proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout,
-                                      validate=self.validate, version=1)
+                                      validate=self.validate, version=1, nice=self.nice)
         except HarnessFailure as exc:
             raise RunnerUnavailable(f"harness {self.argv!r} failed to start: {exc}") from exc
         with self._lock:

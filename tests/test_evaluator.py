@@ -27,7 +27,8 @@ def hf():
 
 @pytest.fixture(scope="module")
 def evaluator():
-    return EvaluatorRunner()
+    with EvaluatorRunner() as runner:
+        yield runner
 
 
 def assert_same(reference, ours, label):

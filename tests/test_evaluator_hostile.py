@@ -45,9 +45,16 @@ RUNAWAY = {
 }
 
 
+@pytest.fixture(scope="module")
+def bounded():
+    """One evaluator harness for the module, with a short time limit (every render is out of process)."""
+    with EvaluatorRunner(timeout=TIME_LIMIT, max_output=8 * 1024 * 1024) as runner:
+        yield runner
+
+
 @pytest.mark.parametrize("name", sorted(ESCAPES))
-def test_escape_is_refused(name):
-    outcome = EvaluatorRunner().render(RenderRequest.make(ESCAPES[name], MESSAGES))
+def test_escape_is_refused(name, bounded):
+    outcome = bounded.render(RenderRequest.make(ESCAPES[name], MESSAGES))
     if isinstance(outcome, Raised):
         assert outcome.message.startswith(("SecurityError", "UndefinedError")), outcome
     else:  # an unsafe attribute that is only printed renders as empty undefined, never the object
@@ -60,11 +67,10 @@ def test_escape_raises_a_typed_security_error():
 
 
 @pytest.mark.parametrize("name", sorted(RUNAWAY))
-def test_runaway_template_is_bounded(name):
+def test_runaway_template_is_bounded(name, bounded):
     source, expected = RUNAWAY[name]
-    runner = EvaluatorRunner(timeout=TIME_LIMIT, max_output=8 * 1024 * 1024)
     started = time.monotonic()
-    outcome = runner.render(RenderRequest.make(source, MESSAGES))
+    outcome = bounded.render(RenderRequest.make(source, MESSAGES))
     elapsed = time.monotonic() - started
     assert elapsed < TIME_LIMIT + SLACK, f"{name} took {elapsed:.1f} s"
     if expected == "raised":

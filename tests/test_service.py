@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import subprocess
 import sys
 import time
 
 import pytest
 import requests
+from service_support import start_service, stop_service
 
 from conformance import repo_root
 from conformance.corpus.cases import load_cases
@@ -29,23 +29,10 @@ RAISED_CASE = "content-parts-image"
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    ready = tmp_path_factory.mktemp("service") / "port"
-    proc = subprocess.Popen([sys.executable, "-m", "conformance.cli", "serve", "--port", "0", "--ready-file", str(ready)],
-                            cwd=repo_root(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while not (ready.exists() and ready.read_text()):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"service did not start: {proc.stdout.read().decode(errors='replace')}")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{ready.read_text()}"
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def server():
+    proc, url = start_service()
+    yield url
+    stop_service(proc)
 
 
 @pytest.fixture(scope="module")

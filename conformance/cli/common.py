@@ -10,10 +10,12 @@ EXIT_USAGE = 2     # bad input: a missing or unreadable file, a bad argument (on
 EXIT_RAISED = 3    # render: the template refused (its message on stderr)
 EXIT_ERRORED = 4   # render: the runner failed
 EXIT_SKIPPED = 5   # render: the runner skipped the cell
+EXIT_INTERNAL = 70  # chatgold's own bug (EX_SOFTWARE): one line names it; CHATGOLD_DEBUG=1 shows the traceback
 EXIT_INTERRUPTED = 130
 
-EXIT_CODES_HELP = ("exit status: 0 ok; 1 something is not as it should be (e.g. unexpected cells); 2 bad input; "
-                   "render only: 3 the template refused, 4 the runner failed, 5 the runner skipped the cell; "
+EXIT_CODES_HELP = ("exit status: 0 ok; 1 something is not as it should be (e.g. unexpected cells); 2 bad input "
+                   "(a missing file, a directory, input nested too deeply, a bad argument); render only: 3 the "
+                   "template refused, 4 the runner failed, 5 the runner skipped the cell; 70 internal error; "
                    "130 interrupted")
 
 

@@ -12,6 +12,7 @@ from conformance.cli.common import (
     EXIT_SKIPPED,
     UserError,
 )
+from runners.base import MAX_TEMPLATE_BYTES
 
 
 def _template_from_args(args) -> tuple[str, Optional[str], Optional[str], str]:
@@ -31,6 +32,9 @@ def _template_from_args(args) -> tuple[str, Optional[str], Optional[str], str]:
             if not found:
                 raise UserError(f"{path}: no template named {args.template_name!r}")
         candidate = found[0]
+        if len(candidate.text) > MAX_TEMPLATE_BYTES:
+            raise UserError(f"{path}: the template is {len(candidate.text)} bytes, over the limit of "
+                            f"{MAX_TEMPLATE_BYTES} bytes (the largest real chat template is under 50 KB)")
         try:
             source = candidate.text.decode("utf-8")
         except UnicodeDecodeError as exc:

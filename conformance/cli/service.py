@@ -10,12 +10,23 @@ from conformance.cli.common import EXIT_FAIL, EXIT_OK, UserError, progress_print
 
 
 def cmd_serve(args) -> int:
-    from conformance.service.server import serve
+    import os
 
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        print(f"chatgold: warning: binding {args.host}: the service is reachable beyond this machine",
-              file=sys.stderr)
-    serve(args.host, args.port, ready_file=args.ready_file)
+    from conformance.service.server import (
+        DEFAULT_RATE,
+        LOOPBACK_HOSTS,
+        TOKEN_ENV,
+        serve,
+    )
+
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if args.host not in LOOPBACK_HOSTS:
+        if not token:
+            raise UserError(f"--host {args.host} makes the service reachable beyond this machine: it then needs "
+                            f"a token (--token TOKEN or {TOKEN_ENV}); clients send `Authorization: Bearer TOKEN`")
+        print(f"chatgold: warning: binding {args.host}: the service is reachable beyond this machine (token "
+              f"required, {args.rate_limit or DEFAULT_RATE:g} requests/s per client)", file=sys.stderr)
+    serve(args.host, args.port, ready_file=args.ready_file, token=token, rate_limit=args.rate_limit)
     return EXIT_OK
 
 
@@ -113,6 +124,10 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port (default 8765; 0 picks a free one)")
     p.add_argument("--ready-file", metavar="PATH", help="write the bound port here once listening")
+    p.add_argument("--token", metavar="TOKEN", help="require `Authorization: Bearer TOKEN` on /v1/* (default: "
+                   "$CHATGOLD_SERVICE_TOKEN; required with a --host beyond loopback)")
+    p.add_argument("--rate-limit", type=float, metavar="N", help="requests per second per client address "
+                   "(default: 20 beyond loopback, none on loopback)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("remote-check", help="render with a local runner and check every cell through a service")

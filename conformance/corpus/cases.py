@@ -12,6 +12,10 @@ from runners.base import Conversation, RenderRequest
 
 CASES_DIR = PACKAGE_DIR / "cases"
 SCHEMA_PATH = PACKAGE_DIR / "schemas" / "case.schema.json"
+# How deeply a case's JSON may nest (the deepest real case: under 10). Deeper input is refused when loaded:
+# engines recurse over it (HF's own preprocessing fails near 900 levels; harnesses in other languages may
+# crash), and a case is a conversation, not a stress test of the JSON parser.
+MAX_CASE_DEPTH = 64
 
 
 class CaseError(ValueError):
@@ -53,9 +57,24 @@ def _validator(minimal: bool = False):
     return schema_validator("conversation.schema.json" if minimal else "case.schema.json", formats=True)
 
 
+def nesting_depth(value: Any, limit: int) -> int:
+    """How deeply `value` nests (lists and objects), counting up to `limit + 1` without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth)
+            if deepest > limit:
+                return deepest
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def case_from_data(data: Any, source: str, expected_id: Optional[str] = None, minimal: bool = False) -> Case:
     """A Case from parsed JSON. `minimal`: only the conversation is required (`messages` and what the render
     needs; a `now` without an offset is read as UTC); id, description and features are optional."""
+    if nesting_depth(data, MAX_CASE_DEPTH) > MAX_CASE_DEPTH:
+        raise CaseError(f"{source}: the case nests deeper than {MAX_CASE_DEPTH} levels of lists/objects")
     errors = sorted(_validator(minimal).iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         first = errors[0]
@@ -85,6 +104,9 @@ def load_case(path: Path | str, check_name: bool = True, minimal: bool = False) 
         raise CaseError(f"{path}: case file is not UTF-8 (byte {exc.start})") from exc
     except json.JSONDecodeError as exc:
         raise CaseError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from exc
+    except RecursionError:
+        raise CaseError(f"{path}: the case nests too deeply to parse (the limit is {MAX_CASE_DEPTH} levels of "
+                        f"lists/objects)") from None
     return case_from_data(data, str(path), path.stem if check_name else None, minimal)
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from conformance.corpus.manifest import Corpus, sha256_text
+from conformance.corpus.manifest import Corpus, CorpusError, sha256_text
 from runners.gguf_header import read_header
 
 DEFAULT_REPORT = Path("reports") / "report.json"  # what `tox -e conformance` writes
@@ -122,7 +122,13 @@ def identify_gguf(path: Path, corpus: Corpus, results: Optional[dict] = None,
     """results: runner_results(report); views: template_views(report)."""
     from runners.llamacpp.builtin import detect
 
-    header = read_header(path)
+    path = Path(path)
+    if path.is_dir():
+        raise CorpusError(f"{path}: is a directory; give GGUF files (e.g. {path}/*.gguf)")
+    try:
+        header = read_header(path)
+    except OSError as exc:
+        raise CorpusError(f"{path}: cannot read: {exc.strerror or exc}") from None
     bos, _ = header.special_token("bos")
     eos, _ = header.special_token("eos")
     flags = file_flags(header)

@@ -8,11 +8,15 @@ files, or "unknown" and why.
 """
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import json
+import os
 import re
+import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
@@ -38,10 +42,15 @@ from conformance.corpus.evidence import (
 from conformance.corpus.sources import Candidate, all_sources, source_root
 from conformance.corpus.sources._tokenizer import TokenFile, normalise_template
 from conformance.judge.goldens import atomic_write
+from runners.base import MAX_TEMPLATE_BYTES
 from runners.gguf_header import GGUFHeaderError, read_header
 
 MANIFEST_FORMAT = 1
 CONSTRUCTS_FILE = "constructs.json"
+# Written before an import writes anything, removed once the manifest is in place: the new template files
+# that a killed import may have left outside the manifest (recover_import removes them).
+IMPORT_JOURNAL = ".import-journal.json"
+PARSE_TIME_LIMIT = 10.0  # seconds to parse one template at import (the largest real one: well under 1 s)
 _ID_CLEAN = re.compile(r"[^a-z0-9._-]+")
 
 
@@ -151,6 +160,8 @@ def manifest_path(root: Optional[Path] = None) -> Path:
 def load_corpus(root: Optional[Path] = None) -> Corpus:
     root = Path(root) if root else templates_dir()
     path = manifest_path(root)
+    if (root / IMPORT_JOURNAL).exists():
+        recover_import(root, wait=False)  # an import was killed: undo it first (skipped while one runs)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -456,6 +467,9 @@ def candidates_from_file(path: Path) -> list[Candidate]:
             eos_source=f"GGUF {label}: tokenizer.ggml.eos_token_id={eos_id}" if eos is not None else "none: GGUF has no EOS token",
         ) for name, text in sorted(templates.items())]
     try:
+        if path.suffix == ".jinja" and path.stat().st_size > MAX_TEMPLATE_BYTES:  # refused without reading it
+            raise CorpusError(f"{path}: the template is {path.stat().st_size} bytes, over the limit of "
+                              f"{MAX_TEMPLATE_BYTES} bytes (the largest real chat template is under 50 KB)")
         raw = path.read_bytes()
     except OSError as exc:
         raise CorpusError(f"{path}: cannot read: {exc.strerror or exc}") from None
@@ -492,41 +506,124 @@ def candidates_from_file(path: Path) -> list[Candidate]:
 
 
 def import_files(paths: list[Path], root: Optional[Path] = None) -> list[TemplateEntry]:
-    """Add templates from files to the corpus; nothing is written unless every file imports cleanly."""
+    """Add templates from files to the corpus; nothing is written unless every file imports cleanly, and an
+    import killed midway is undone by the next command that loads the corpus (recover_import)."""
     root = Path(root) if root else templates_dir()
-    corpus = load_corpus(root) if manifest_path(root).exists() else Corpus([], {}, root)
-    candidates = []
-    for path in paths:
-        found = candidates_from_file(Path(path))
-        for candidate in found:
-            try:
-                compile_check(candidate.text.decode("utf-8"))
-            except UnicodeDecodeError as exc:
-                raise CorpusError(f"{path}: template is not UTF-8 (byte {exc.start})") from None
-            except SyntaxError as exc:
-                raise CorpusError(f"{path}: template does not compile: {exc}") from None
-        candidates.extend(found)
-    new = [c for c in candidates if c.sha256 not in corpus.by_sha]
-    added = merge_candidates(new, load_evidence(root), {e.sha256: e.id for e in corpus.entries},
-                             context=corpus.entries)
-    texts = {e.sha256: e.source_bytes() for e in corpus.entries}
-    texts.update({c.sha256: c.text for c in new})
-    # Known hashes gain the new origin instead of a second entry.
-    for candidate in candidates:
-        entry = corpus.by_sha.get(candidate.sha256)
-        if entry is not None and _origin(candidate) not in entry.origins:
-            entry.origins.append(_origin(candidate))
-    write_corpus(corpus.entries + added, corpus.sources, texts, root, prune=False)
+    with _corpus_lock(root):
+        _recover_locked(root)
+        corpus = load_corpus(root) if manifest_path(root).exists() else Corpus([], {}, root)
+        candidates = []
+        for path in paths:
+            found = candidates_from_file(Path(path))
+            for candidate in found:
+                check_template(candidate.text, path)
+            candidates.extend(found)
+        new = [c for c in candidates if c.sha256 not in corpus.by_sha]
+        added = merge_candidates(new, load_evidence(root), {e.sha256: e.id for e in corpus.entries},
+                                 context=corpus.entries)
+        texts = {e.sha256: e.source_bytes() for e in corpus.entries}
+        texts.update({c.sha256: c.text for c in new})
+        # Known hashes gain the new origin instead of a second entry.
+        for candidate in candidates:
+            entry = corpus.by_sha.get(candidate.sha256)
+            if entry is not None and _origin(candidate) not in entry.origins:
+                entry.origins.append(_origin(candidate))
+        journal = root / IMPORT_JOURNAL
+        atomic_write(journal, json.dumps({"files": sorted(e.file for e in added)}).encode())
+        write_corpus(corpus.entries + added, corpus.sources, texts, root, prune=False)
+        journal.unlink()
     return added
 
 
+def check_template(text: bytes, path) -> None:
+    """Refuse a template over MAX_TEMPLATE_BYTES, not UTF-8, or that Jinja cannot parse (in PARSE_TIME_LIMIT)."""
+    if len(text) > MAX_TEMPLATE_BYTES:
+        raise CorpusError(f"{path}: the template is {len(text)} bytes, over the limit of {MAX_TEMPLATE_BYTES} "
+                          f"bytes (the largest real chat template is under 50 KB)")
+    try:
+        compile_check(text.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CorpusError(f"{path}: template is not UTF-8 (byte {exc.start})") from None
+    except SyntaxError as exc:
+        raise CorpusError(f"{path}: template does not compile: {exc}") from None
+
+
+def recover_import(root: Optional[Path] = None, wait: bool = True) -> list:
+    """Undo an import that was killed midway: remove the template files its journal lists that the manifest
+    does not reference, drop constructs of templates the manifest does not hold, remove temporary files.
+    Without `wait`, does nothing while another import holds the corpus. Returns the paths removed."""
+    root = Path(root) if root else templates_dir()
+    try:
+        with _corpus_lock(root, wait):
+            return _recover_locked(root)
+    except OSError:  # another import holds the lock (BlockingIOError), or a read-only checkout: not ours
+        return []
+
+
+def _recover_locked(root: Path) -> list:
+    removed: list = []
+    for stray in root.glob(".*.tmp"):  # atomic_write's temporary files, from a kill mid-write
+        stray.unlink()
+        removed.append(str(stray))
+    journal = root / IMPORT_JOURNAL
+    if not journal.exists():
+        return removed
+    listed = json.loads(journal.read_text(encoding="utf-8")).get("files", [])
+    manifest = json.loads(manifest_path(root).read_text(encoding="utf-8")) \
+        if manifest_path(root).exists() else {"templates": []}
+    referenced = {item["file"] for item in manifest["templates"]}
+    for name in listed:
+        path = root / Path(name).name
+        if name not in referenced and path.exists():
+            path.unlink()
+            removed.append(str(path))
+    shas = {item["sha256"] for item in manifest["templates"]}
+    constructs = load_constructs(root)
+    if set(constructs) - shas:
+        atomic_write(constructs_path(root), (json.dumps({k: v for k, v in sorted(constructs.items()) if k in shas},
+                                                        indent=0) + "\n").encode())
+    journal.unlink()
+    return removed
+
+
+@contextmanager
+def _corpus_lock(root: Path, wait: bool = True):
+    """An exclusive flock on the templates directory: one import (or recovery) at a time."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
+
+
 def compile_check(text: str) -> None:
-    """Raise SyntaxError (with the line) if Jinja cannot parse the template."""
-    env = jinja2.Environment(extensions=[jinja2.ext.loopcontrols, GenerationTag])
+    """Raise SyntaxError (with the line) if Jinja cannot parse the template, nests too deeply for its parser,
+    or takes over PARSE_TIME_LIMIT seconds to parse."""
+    env = jinja2.Environment(extensions=[jinja2.ext.loopcontrols, GenerationTag, _ParseDeadline])
+    env.extensions[_ParseDeadline.identifier].deadline = time.monotonic() + PARSE_TIME_LIMIT
     try:
         env.parse(text)
     except jinja2.TemplateSyntaxError as exc:
         raise SyntaxError(f"line {exc.lineno}: {exc.message}") from None
+    except RecursionError:
+        raise SyntaxError("the template nests too deeply for Jinja's parser") from None
+    except TimeoutError:
+        raise SyntaxError(f"parsing took over {PARSE_TIME_LIMIT:g} s") from None
+
+
+class _ParseDeadline(jinja2.ext.Extension):
+    """Checks a deadline on every token the lexer yields."""
+
+    deadline = 0.0
+
+    def filter_stream(self, stream):
+        deadline = self.deadline
+        for token in stream:
+            if time.monotonic() > deadline:
+                raise TimeoutError
+            yield token
 
 
 class GenerationTag(jinja2.ext.Extension):

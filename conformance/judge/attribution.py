@@ -4,30 +4,46 @@ The golden's cell is rendered again with the evaluator's byte provenance (render
 the offset names the line and construct. The traced output must equal the golden byte for byte, otherwise its
 spans say nothing about it and the answer is {"unavailable": why}.
 
-A large batch (the gate's report: every runner's diverged cells) runs in worker processes, one template per
-task: `python -m conformance.judge.attribution` reads pickled tasks on stdin and writes pickled answers on stdout.
-Plain subprocesses rather than multiprocessing, whose spawn mode re-imports the caller's main module.
+Templates are untrusted code, so the traced renders never run in the caller's process: they run in worker
+processes (`python -m conformance.judge.attribution`, AttributionWorker) under the evaluator's memory cap, one
+template per task, each task under a time limit. A worker that crashes, runs out of memory or time costs that
+task's cells ({"unavailable": why}) and a restart, never the caller. A large batch (the gate's report: every
+runner's diverged cells) is spread over one worker per CPU; the service keeps one warm worker.
 """
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import os
 import pickle
+import queue
+import selectors
+import struct
 import subprocess
 import sys
 import threading
-import warnings
+import time
 from typing import Iterable, Optional
 
-# Below this many cells, starting worker processes costs more than it saves.
-PARALLEL_MIN_CELLS = 2000
 CONTEXT_LINES = 3  # template lines kept either side of an attributed line
+# A task's time limit: compiling the template with tracing, then one traced render per cell, each under the
+# evaluator's own limits (which answer first), plus slack for the worker's start.
+TASK_BASE_SECONDS = 30.0
+CELL_SECONDS = 12.0
 
 
-def attribute_divergence(request, golden, offset: int) -> dict:
-    """{"line", "construct", "source_line"} for the golden byte at `offset`, or {"unavailable": why}."""
-    return _locate(_trace(request, golden), request, golden, offset)
+def attribute_divergence(request, golden, offset: int, worker: Optional["AttributionWorker"] = None) -> dict:
+    """{"line", "construct", "source_line"} for the golden byte at `offset`, or {"unavailable": why}; rendered
+    in `worker` (a fresh one when none is given)."""
+    task = (request.template, [(dataclasses.replace(request, template=""), golden, [offset])])
+    own = worker is None
+    worker = worker or AttributionWorker()
+    try:
+        return worker.run(task)[0][0]
+    finally:
+        if own:
+            worker.close()
 
 
 def attribute_results(pending: Iterable[tuple], processes: Optional[int] = None) -> None:
@@ -35,12 +51,11 @@ def attribute_results(pending: Iterable[tuple], processes: Optional[int] = None)
 
     One traced render per cell however many runners diverged there, and a template's cells one after another
     so its traced compile is reused (runners checked one after another would otherwise recompile it each).
-    A large batch is spread over `processes` worker processes (default: one per CPU)."""
+    The tasks are spread over `processes` worker processes (default: one per CPU, at most one per task)."""
     by_cell: dict = {}
     for result, request, golden in pending:
         by_cell.setdefault((result.template_id, result.case_id), []).append((result, request, golden))
     keys = sorted(by_cell)
-    processes = processes or os.cpu_count() or 1
     tasks, task_keys = [], []
     for _, group in itertools.groupby(keys, key=lambda key: key[0]):
         group = list(group)
@@ -49,10 +64,9 @@ def attribute_results(pending: Iterable[tuple], processes: Optional[int] = None)
         tasks.append((template, [(dataclasses.replace(by_cell[k][0][1], template=""), by_cell[k][0][2],
                                   [r.divergence.offset for r, _, _ in by_cell[k]]) for k in group]))
         task_keys.append(group)
-    if processes > 1 and len(keys) >= PARALLEL_MIN_CELLS:
-        answers = _in_workers(tasks, processes)
-    else:
-        answers = [attribute_template(task) for task in tasks]
+    if not tasks:
+        return
+    answers = _in_workers(tasks, min(processes or os.cpu_count() or 1, len(tasks)))
     for group, per_cell in zip(task_keys, answers):
         for key, found in zip(group, per_cell):
             for (result, _, _), attribution in zip(by_cell[key], found):
@@ -80,38 +94,128 @@ def attribute_template(task: tuple) -> list:
 
 
 def _in_workers(tasks: list, processes: int) -> list:
-    """attribute_template over every task in `processes` subprocesses; answers in task order."""
-    shares: list = [[] for _ in range(processes)]
-    loads = [0] * processes
-    for index in sorted(range(len(tasks)), key=lambda i: -len(tasks[i][1])):  # biggest first, to the lightest
-        lightest = loads.index(min(loads))
-        shares[lightest].append(index)
-        loads[lightest] += len(tasks[index][1])
+    """Every task's answers, in task order, from `processes` workers taking the biggest tasks first."""
     answers: list = [None] * len(tasks)
+    work: "queue.SimpleQueue[int]" = queue.SimpleQueue()
+    for index in sorted(range(len(tasks)), key=lambda i: -len(tasks[i][1])):
+        work.put(index)
 
-    def run(indices: list) -> None:
-        from runners.harness import python_harness
-
-        argv, env = python_harness("conformance.judge.attribution")
+    def run() -> None:
+        worker = AttributionWorker()
         try:
-            done = subprocess.run(argv, input=pickle.dumps([tasks[i] for i in indices]), capture_output=True,
-                                  env=env, check=False)
-            if done.returncode != 0:
-                raise RuntimeError(f"exit code {done.returncode}: {done.stderr.decode('utf-8', 'replace')[-2000:]}")
-            for index, answer in zip(indices, pickle.loads(done.stdout)):
-                answers[index] = answer
-        except Exception as exc:  # the worker failed: the same work in this process, so nothing is lost
-            warnings.warn(f"attribution worker failed, attributing its share in-process: {exc}", RuntimeWarning,
-                          stacklevel=1)
-            for index in indices:
-                answers[index] = attribute_template(tasks[index])
+            while True:
+                try:
+                    index = work.get_nowait()
+                except queue.Empty:
+                    return
+                answers[index] = worker.run(tasks[index])
+        finally:
+            worker.close()
 
-    threads = [threading.Thread(target=run, args=(share,), daemon=True) for share in shares if share]
+    threads = [threading.Thread(target=run, name="attribution", daemon=True) for _ in range(max(1, processes))]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     return answers
+
+
+class AttributionWorker:
+    """One worker process, started on first use and kept warm: a task in (pickled, length-prefixed), its answers
+    out (one JSON line). A crash, a memory error or a task over its time limit costs that task, whose cells
+    answer {"unavailable": why}, and the process (a fresh one takes the next task)."""
+
+    def __init__(self, nice: int = 0):
+        self.nice = nice
+        self.proc = None
+        self._tag = None
+        self._stderr = None
+        self._lock = threading.Lock()
+
+    def run(self, task: tuple) -> list:
+        template, cells = task
+        timeout = TASK_BASE_SECONDS + CELL_SECONDS * len(cells)
+        with self._lock:
+            try:
+                self._ensure()
+                payload = pickle.dumps(task)
+                self.proc.stdin.write(struct.pack(">Q", len(payload)) + payload)
+                self.proc.stdin.flush()
+                line = self._read_line(timeout)
+                answers = json.loads(line)
+                if not isinstance(answers, list) or len(answers) != len(cells):
+                    raise ValueError(f"worker answered {str(line[:200])!r}")
+                return answers
+            except Exception as exc:  # the worker failed on this template: its cells only, never the caller
+                why = self._failure(exc)
+                self.close()
+                return [[{"unavailable": f"attribution unavailable: {why}"} for _ in offsets]
+                        for _, _, offsets in cells]
+
+    def _ensure(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            return
+        self.close()
+        from runners.command import StderrRing
+        from runners.harness import python_harness
+        from runners.proctree import tagged_env, track
+
+        argv, env = python_harness("conformance.judge.attribution")
+        env, self._tag = tagged_env(env)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     env=env, start_new_session=True)
+        track(self.proc, self._tag)
+        self._stderr = StderrRing(self.proc.stderr)
+        if self.nice:
+            try:
+                os.setpriority(os.PRIO_PROCESS, self.proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
+            except OSError:
+                pass
+        self._buffer = b""
+
+    def _read_line(self, timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            while b"\n" not in self._buffer:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"the worker gave no answer within {timeout:g} s")
+                if not selector.select(remaining):
+                    continue
+                chunk = os.read(self.proc.stdout.fileno(), 1 << 20)
+                if not chunk:
+                    raise EOFError("the worker exited")
+                self._buffer += chunk
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
+
+    def _failure(self, exc: Exception) -> str:
+        from runners.base import describe_exit
+
+        if isinstance(exc, TimeoutError):
+            return str(exc)
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                self.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+        status = describe_exit(self.proc.poll()) if self.proc is not None else "not started"
+        tail = self._stderr.tail(300).strip().splitlines()[-1:] if self._stderr is not None else []
+        return f"the worker failed ({status}{': ' + tail[0] if tail else ''})"
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        from runners.proctree import kill_tree
+
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        kill_tree(self.proc, self._tag)
+        self.proc = None
 
 
 def _trace(request, golden):
@@ -163,8 +267,25 @@ def _locate(traced, request, golden, offset: int) -> dict:
 
 
 def main() -> None:
-    tasks = pickle.loads(sys.stdin.buffer.read())
-    sys.stdout.buffer.write(pickle.dumps([attribute_template(task) for task in tasks]))
+    """Worker: length-prefixed pickled tasks on stdin, one JSON line of answers per task on stdout."""
+    from runners.evaluator.runner import EVALUATOR_MEMORY_LIMIT
+    from runners.harness import limit_memory
+
+    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
+    sys.stdout = sys.stderr
+    limit_memory(EVALUATOR_MEMORY_LIMIT)
+    stdin = sys.stdin.buffer
+    while True:
+        header = stdin.read(8)
+        if len(header) < 8:
+            return
+        task = pickle.loads(stdin.read(struct.unpack(">Q", header)[0]))
+        try:
+            answers = attribute_template(task)
+        except MemoryError:
+            answers = [[{"unavailable": "attribution unavailable: memory limit exceeded"} for _ in offsets]
+                       for _, _, offsets in task[1]]
+        out.write(json.dumps(answers, ensure_ascii=True).encode("ascii") + b"\n")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,23 @@
 """Byte-exact goldens: goldens/<template-id>/<case-id>.txt, or <case-id>.raised.txt for a reference refusal.
 
 Only the reference runner produces goldens. Every write is atomic (temporary file + rename), so an update
-killed midway leaves each golden either old or new, never partial.
+killed midway leaves each golden either old or new, never partial. A cell whose golden changes kind (`.txt` <->
+`.raised.txt`) changes in one step too, never showing both files or neither: the template's directory is
+rebuilt beside it (hard links of every other file plus the new one) and the two directories are exchanged
+atomically (renameat2 RENAME_EXCHANGE), see swap_kind. Readers look both names up in one directory (one
+directory handle), so they see the old directory or the new one, never a mix.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import errno
+import fcntl
 import json
 import os
+import shutil
 import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
@@ -54,15 +64,35 @@ def golden_bytes(outcome: Outcome) -> tuple[str, bytes]:
     raise ValueError(f"a {outcome.kind} outcome cannot be a golden")
 
 
+_KINDS = (("rendered", RENDERED_SUFFIX), ("raised", RAISED_SUFFIX))
+
+
 def read_golden(template_id: str, case_id: str, root: Optional[Path] = None) -> Optional[Golden]:
-    # Plain strings and one open per kind: this runs once per cell per runner, so pathlib's cost showed.
-    base = os.path.join(root or goldens_dir(), template_id, case_id)
-    for kind, suffix in (("rendered", RENDERED_SUFFIX), ("raised", RAISED_SUFFIX)):
+    # Plain strings and os-level opens: this runs once per cell per runner, so pathlib's cost showed. Both
+    # names are looked up through one directory handle, so a kind change exchanged meanwhile (swap_kind)
+    # shows either the old directory or the new one.
+    directory = os.path.join(root or goldens_dir(), template_id)
+    for _ in range(3):
         try:
-            with open(base + suffix, "rb") as handle:
-                return Golden(kind, handle.read())
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         except (FileNotFoundError, NotADirectoryError):
-            continue
+            return None
+        try:
+            for kind, suffix in _KINDS:
+                try:
+                    fd = os.open(case_id + suffix, os.O_RDONLY, dir_fd=dir_fd)
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                with os.fdopen(fd, "rb") as handle:
+                    return Golden(kind, handle.read())
+            # Neither name: true absence, unless the directory was exchanged away while we looked.
+            try:
+                if os.stat(directory).st_ino == os.fstat(dir_fd).st_ino:
+                    return None
+            except FileNotFoundError:
+                return None
+        finally:
+            os.close(dir_fd)
     return None
 
 
@@ -84,13 +114,14 @@ class GoldenStore:
             return golden
 
 
-def _umask_mode() -> int:
+def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
-    return 0o666 & ~mask
+    return mask
 
 
-_FILE_MODE = _umask_mode()
+_UMASK = _umask()  # read once: os.umask is process-wide, reading it twice races with other threads
+_FILE_MODE = 0o666 & ~_UMASK
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -112,14 +143,111 @@ def write_golden(template_id: str, case_id: str, outcome: Outcome, root: Optiona
     kind, data = golden_bytes(outcome)
     rendered, raised = cell_paths(template_id, case_id, root)
     target, other = (rendered, raised) if kind == "rendered" else (raised, rendered)
-    changed = False
+    if other.exists():
+        swap_kind(other, target, data)
+        return True
     if not target.exists() or target.read_bytes() != data:
         atomic_write(target, data)
-        changed = True
-    if other.exists():
-        other.unlink()
-        changed = True
-    return changed
+        return True
+    return False
+
+
+# -- kind changes in one step -----------------------------------------------------------------------------
+
+SWAP_MARK = ".swap-"  # staging directories: `.<template-id>.swap-XXXX` beside the template's directory
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+
+
+def _libc():
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+    except OSError:
+        return None
+
+
+_LIBC = _libc()
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Atomically exchange two existing paths (Linux renameat2 RENAME_EXCHANGE). False where the system or the
+    filesystem cannot."""
+    function = getattr(_LIBC, "renameat2", None) if _LIBC is not None else None
+    if function is None:
+        return False
+    if function(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EPERM):
+        return False
+    raise OSError(code, os.strerror(code), str(a))
+
+
+@contextmanager
+def _directory_lock(directory: Path):
+    """An exclusive flock on the goldens root: one kind change at a time (writers are one process each)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def swap_kind(old: Path, new: Path, data: bytes) -> None:
+    """Replace the golden `old` by `new` (the cell's other kind, holding `data`) in one atomic step.
+
+    The template's directory is rebuilt beside it as `.<template>.swap-XXXX` (a hard link of every file but
+    `old`, plus `new` written and synced) and exchanged with it in one rename. A writer killed before the
+    exchange leaves the old directory in place, after it the new one; either way the staging directory is left
+    behind, hidden from readers, reported by the orphan check and removed by the next kind change or update
+    (recover_swaps). Without RENAME_EXCHANGE (not Linux, or a filesystem without it) the exchange is two
+    renames, and recover_swaps puts back a directory a kill left half-renamed."""
+    directory = old.parent
+    root = directory.parent
+    with _directory_lock(root):
+        recover_swaps(root)
+        staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{directory.name}{SWAP_MARK}"))
+        try:
+            os.chmod(staging, 0o777 & ~_UMASK)  # mkdtemp creates 0700
+            for entry in os.scandir(directory):
+                if entry.name != old.name and entry.is_file(follow_symlinks=False):
+                    os.link(entry.path, staging / entry.name)
+            fd = os.open(staging / new.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            if not exchange(staging, directory):
+                aside = staging.with_name(staging.name + ".old")
+                os.rename(directory, aside)   # a kill here: recover_swaps renames it back
+                os.rename(staging, directory)
+                os.rename(aside, staging)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def recover_swaps(root: Optional[Path] = None) -> list:
+    """Finish what a killed swap_kind left: put back a template directory left renamed aside (fallback path),
+    remove staging directories. Returns what it removed or restored."""
+    root = Path(root or goldens_dir())
+    done = []
+    if not root.is_dir():
+        return done
+    for path in sorted(root.iterdir()):
+        if not (path.name.startswith(".") and SWAP_MARK in path.name):
+            continue
+        if path.name.endswith(".old"):
+            template = root / path.name[1:path.name.index(SWAP_MARK)]
+            if not template.exists():
+                os.rename(path, template)
+                done.append(str(template))
+                continue
+        shutil.rmtree(path, ignore_errors=True)
+        done.append(str(path))
+    return done
+
+
 
 
 def expected_paths(template_ids: Iterable[str], case_ids: Iterable[str], root: Optional[Path] = None) -> dict:
@@ -190,6 +318,7 @@ def update_goldens(corpus, cases, runner, root: Optional[Path] = None, prune: bo
 
     report = UpdateReport()
     root = root or goldens_dir()
+    report.removed.extend(recover_swaps(root))
     cells = list(iter_cells(corpus, cases))
     total = len(cells)
     requests = [cell.request for cell in cells]

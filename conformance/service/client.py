@@ -17,10 +17,18 @@ class ServiceError(RuntimeError):
 
 
 class ServiceClient:
-    def __init__(self, base_url: str, timeout: float = 30.0, session: Optional[requests.Session] = None):
+    def __init__(self, base_url: str, timeout: float = 30.0, session: Optional[requests.Session] = None,
+                 token: Optional[str] = None):
+        """`token`: sent as `Authorization: Bearer <token>` (default: $CHATGOLD_SERVICE_TOKEN), which a service
+        reachable beyond its machine requires."""
+        import os
+
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.session = session or requests.Session()
+        token = token or os.environ.get("CHATGOLD_SERVICE_TOKEN")
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
 
     def _url(self, *parts: str) -> str:
         return self.base_url + "/" + "/".join(quote(p, safe="") for p in parts)

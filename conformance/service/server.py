@@ -3,15 +3,20 @@
 Engine authors in any language fetch goldens and check cells without Python. The OpenAPI document at
 /openapi.json is the contract (docs/service.md). Every id reaches the filesystem only after it was found in
 the loaded corpus or case set, so no request can name a path outside goldens/.
+
+No template code runs in this process: new goldens render in the reference's harness process and attribution
+in an attribution worker process, each through a bounded fail-fast pool (workers.py) outside the request
+threads. Every error body is JSON ({"detail": ...}), whatever the request held, malformed HTTP included.
 """
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import functools
+import hmac
 import importlib
 import json
 import re
-import threading
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,8 +24,11 @@ from typing import Any, Literal, Optional
 
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from conformance.corpus.cases import Case, load_cases
 from conformance.corpus.manifest import (
@@ -32,17 +40,26 @@ from conformance.corpus.manifest import (
 )
 from conformance.judge.goldens import ENCODING_ERRORS, read_golden, read_meta
 from conformance.judge.status import STATUSES, result_for
-from runners.base import Raised, RefusalKind, Rendered
+from conformance.service.workers import Busy, RateLimiter, WorkPool
+from runners.base import MAX_TEMPLATE_BYTES, Raised, RefusalKind, Rendered
 
 API_VERSION = "1"
 # Documented limits (docs/service.md). Bodies beyond MAX_BODY_BYTES get 413 before they are parsed.
 MAX_BODY_BYTES = 8 * 1024 * 1024
-MAX_TEMPLATE_BYTES = 256 * 1024
 MAX_OUTPUT_CHARS = 4 * 1024 * 1024
 MAX_BATCH_CELLS = 1000
 GOLDENS_CELL_SECONDS = 10.0
 GOLDENS_TOTAL_SECONDS = 120.0
-GOLDENS_QUEUE_SECONDS = 30.0   # how long a reference request waits for the (single, warm) reference process
+# The expensive pools (workers.py): worker processes, and how many jobs may wait before the next is refused.
+GOLDENS_WORKERS = 1
+GOLDENS_QUEUE = 4
+ATTRIBUTION_WORKERS = 1
+ATTRIBUTION_QUEUE = 8
+WORKER_NICE = 19  # the lowest priority: worker processes yield the CPU to the server's own request handling
+# Beyond loopback: a token is required and each client address gets DEFAULT_RATE requests/s (bursts of 2x).
+DEFAULT_RATE = 20.0
+TOKEN_ENV = "CHATGOLD_SERVICE_TOKEN"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 ID_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,199}$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 _ID_RE = re.compile(ID_PATTERN)
@@ -247,11 +264,10 @@ class State:
         self.corpus = corpus or load_corpus()
         self.cases = {c.id: c for c in (cases if cases is not None else load_cases())}
         self.reference = {k: str(v) for k, v in read_meta().items()}
-        self._runner = None
-        self._runner_lock = threading.Lock()
-        # One reference request at a time: the warm harness renders serially, and waiting requests would
-        # otherwise pile up in the server's thread pool.
-        self.reference_slot = threading.BoundedSemaphore(1)
+        self.goldens_pool = WorkPool("reference", _reference_runner, GOLDENS_WORKERS, GOLDENS_QUEUE,
+                                     retry_after=int(GOLDENS_TOTAL_SECONDS // 4))
+        self.attribution_pool = WorkPool("attribution", _attribution_worker, ATTRIBUTION_WORKERS,
+                                         ATTRIBUTION_QUEUE, retry_after=5)
 
     def template(self, template_id: str) -> TemplateEntry:
         if not _ID_RE.match(template_id):
@@ -269,19 +285,21 @@ class State:
             raise HTTPException(404, f"unknown case id {case_id!r} (GET /v1/cases lists them)")
         return case
 
-    def runner(self):
-        with self._runner_lock:
-            if self._runner is None:
-                from runners.hf import HFRunner
-
-                self._runner = HFRunner(timeout=GOLDENS_CELL_SECONDS)
-            return self._runner
-
     def close(self) -> None:
-        with self._runner_lock:
-            if self._runner is not None:
-                self._runner.close()
-                self._runner = None
+        self.goldens_pool.close()
+        self.attribution_pool.close()
+
+
+def _reference_runner():
+    from runners.hf import HFRunner
+
+    return HFRunner(timeout=GOLDENS_CELL_SECONDS, nice=WORKER_NICE)
+
+
+def _attribution_worker():
+    from conformance.judge.attribution import AttributionWorker
+
+    return AttributionWorker(nice=WORKER_NICE)
 
 
 @functools.lru_cache(maxsize=4)
@@ -324,7 +342,9 @@ def summary_of(entry: TemplateEntry, detail: bool) -> dict:
     return data
 
 
-def check_one(state: State, cell: CheckRequest, attribute: bool) -> dict:
+def check_one(state: State, cell: CheckRequest) -> dict:
+    """Classify one cell (a file read and a byte compare); attribution is added by the caller, through the
+    attribution pool."""
     entry = state.template(cell.template)
     case = state.case(cell.case)
     golden = read_golden(entry.id, case.id)
@@ -338,24 +358,88 @@ def check_one(state: State, cell: CheckRequest, attribute: bool) -> dict:
               "divergence": judged.divergence.to_dict() if judged.divergence else None,
               "reference_message": judged.reference_message, "reference_refusal": judged.reference_refusal,
               "note": judged.extra.get("note"), "attribution": None}
-    if judged.divergence is not None and attribute:
-        result["attribution"] = _attribution(entry.id, case.id, judged.divergence.offset, state)
     return result
 
 
-def _attribution(template_id: str, case_id: str, offset: int, state: State) -> dict:
-    from conformance.judge.attribution import attribute_divergence
+async def attribute(state: State, results: list) -> None:
+    """Attribute every diverged result in the attribution pool (one task per template); a full pool leaves them
+    {"unavailable": ...} saying so rather than making the caller wait."""
+    tasks: dict = {}  # template id -> (entry, cells)
+    places = []       # (result, template id, index of its cell in the task)
+    for result in results:
+        if result["divergence"] is None:
+            continue
+        entry, case = state.corpus.by_id[result["template"]], state.cases[result["case"]]
+        cells = tasks.setdefault(entry.id, (entry, []))[1]
+        places.append((result, entry.id, len(cells)))
+        cells.append((case.request("", entry.bos_token, entry.eos_token, template_id=entry.id),
+                      read_golden(entry.id, case.id), [result["divergence"]["offset"]]))
+    if not places:
+        return
+    jobs: dict = {}
+    try:
+        for template_id, (entry, cells) in tasks.items():
+            jobs[template_id] = state.attribution_pool.submit(
+                functools.partial(_run_attribution, (entry.source(), cells)))
+    except Busy as exc:
+        for future in jobs.values():
+            future.cancel()
+        for result, _, _ in places:
+            result["attribution"] = {"unavailable": f"attribution unavailable: {exc}"}
+        return
+    answers = {template_id: await asyncio.wrap_future(future) for template_id, future in jobs.items()}
+    for result, template_id, index in places:
+        result["attribution"] = answers[template_id][index][0]
 
-    entry = state.corpus.by_id[template_id]
-    request = state.cases[case_id].request(entry.source(), entry.bos_token, entry.eos_token, template_id=template_id)
-    golden = read_golden(template_id, case_id)
-    return attribute_divergence(request, golden, offset)
+
+def _run_attribution(task, worker) -> list:
+    return worker.run(task)
 
 
 # --- app ----------------------------------------------------------------------------------------------------
 
-_ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 413: {"model": ErrorBody}}
+_ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 413: {"model": ErrorBody},
+           422: {"model": ErrorBody, "description": "Malformed JSON, wrong types or values (FastAPI's list of "
+                                                    "problems in `detail`)"}}
 _BUSY = {503: {"model": ErrorBody, "description": "The reference is busy; retry after Retry-After seconds"}}
+
+
+class Guard:
+    """In front of everything, before a body is read: the token and the per-client rate limit (when set), and
+    the fail-fast answer for POST /v1/goldens when the reference's queue is full (503, Retry-After) so a flood
+    of them costs no parsing."""
+
+    def __init__(self, app, token: Optional[str], limiter: Optional[RateLimiter], state_of):
+        self.app = app
+        self.token = token.encode() if token else None
+        self.limiter = limiter
+        self.state_of = state_of
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        if self.token is not None and path.startswith("/v1/"):
+            supplied = b""
+            for name, value in scope.get("headers", ()):
+                if name == b"authorization" and value[:7].lower() == b"bearer ":
+                    supplied = value[7:].strip()
+            if not hmac.compare_digest(supplied, self.token):
+                return await _send_error(send, 401, "a bearer token is required (Authorization: Bearer <token>)",
+                                         [(b"www-authenticate", b"Bearer")])
+        if self.limiter is not None:
+            client = (scope.get("client") or ("unknown", 0))[0]
+            wait = self.limiter.allow(client)
+            if wait:
+                return await _send_error(send, 429, f"rate limit of {self.limiter.rate:g} requests/s per client "
+                                                    f"exceeded; retry after {wait:.1f} s",
+                                         [(b"retry-after", RateLimiter.retry_after(wait).encode())])
+        if scope.get("method") == "POST" and path == "/v1/goldens":
+            pool = self.state_of().goldens_pool
+            if pool.full():
+                busy = Busy(pool.name, pool.retry_after)
+                return await _send_error(send, 503, str(busy), [(b"retry-after", str(busy.retry_after).encode())])
+        return await self.app(scope, receive, send)
 
 
 class BodyLimit:
@@ -404,20 +488,63 @@ def _replay(events: list, then=None):
     return receive
 
 
-async def _send_error(send, status: int, detail: str) -> None:
+async def _send_error(send, status: int, detail: str, headers: Optional[list] = None) -> None:
     body = json.dumps({"detail": detail}).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
     await send({"type": "http.response.body", "body": body})
 
 
-def create_app(state: Optional[State] = None) -> FastAPI:
+def _clip(value: Any, limit: int = 200) -> Any:
+    """The input a validation error echoes, cut short: a body of megabytes is not sent back (or copied)."""
+    if isinstance(value, str):
+        return value if len(value) <= limit else value[:limit] + f"... ({len(value)} characters)"
+    if isinstance(value, (list, dict)):
+        try:
+            size = len(json.dumps(value, ensure_ascii=False))
+        except (TypeError, ValueError, RecursionError):
+            size = limit + 1
+        if size > limit:
+            return f"<{type(value).__name__} of {len(value)} items, {size} characters of JSON>"
+    return value
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    """Every error answer is JSON, whatever the request held: FastAPI's own handlers echo the input in a plain
+    JSONResponse, which fails (500, text) on a lone surrogate; and a body that is not JSON at all (bad UTF-8,
+    nested past the parser's depth) is a 422 as documented, not FastAPI's 400."""
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request, exc: RequestValidationError):
+        errors = [{**error, "input": _clip(error["input"])} if "input" in error else error for error in exc.errors()]
+        return _JSON({"detail": jsonable_encoder(errors)}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request, exc: StarletteHTTPException):
+        cause = exc.__cause__
+        if exc.status_code == 400 and cause is not None and not isinstance(cause, StarletteHTTPException):
+            why = ("it nests too deeply" if isinstance(cause, RecursionError)
+                   else f"{type(cause).__name__}: {str(cause)[:200]}")
+            return _JSON({"detail": f"the request body is not valid JSON: {why}"}, status_code=422)
+        return _JSON({"detail": exc.detail}, status_code=exc.status_code, headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request, exc: Exception):
+        return _JSON({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
+
+
+def create_app(state: Optional[State] = None, token: Optional[str] = None,
+               rate_limit: Optional[float] = None) -> FastAPI:
+    """The app. `token`: required as `Authorization: Bearer <token>` on /v1/*; `rate_limit`: requests/s per
+    client address (`chatgold serve` sets both when it binds beyond loopback)."""
     holder: dict = {"state": state}
 
     @asynccontextmanager
     async def lifespan(app):
         if holder["state"] is None:
             holder["state"] = State()
+        listings[((), False)] = await run_in_threadpool(build_listing, (), False)
         yield
         holder["state"].close()
 
@@ -432,11 +559,26 @@ def create_app(state: Optional[State] = None) -> FastAPI:
                               "apply_chat_template. Fetch them, check an engine's output against them, "
                               "or have the reference render a new template.")
 
+    listings: dict = {}  # (id globs, detail) -> encoded body: the corpus does not change while the service runs
+
+    def build_listing(patterns: tuple, detail: bool) -> bytes:
+        entries = st().corpus.select(list(patterns) or None)
+        data = TemplateList.model_validate({"count": len(entries), "templates": [summary_of(e, detail)
+                                                                                 for e in entries]})
+        return _JSON(None).render(data.model_dump(mode="json"))
+
+    # Built once per selection (in a thread), then served from memory on the event loop: no thread hop, so the
+    # listing keeps its latency however busy the request threads are.
     @app.get("/v1/templates", response_model=TemplateList, tags=["read"])
-    def list_templates(template: Optional[list[str]] = Query(None, max_length=50, description="id globs"),
-                       detail: bool = Query(False, description="include constructs and capabilities (slow)")):
-        entries = st().corpus.select(template)
-        return {"count": len(entries), "templates": [summary_of(e, detail) for e in entries]}
+    async def list_templates(template: Optional[list[str]] = Query(None, max_length=50, description="id globs"),
+                             detail: bool = Query(False, description="include constructs and capabilities (slow)")):
+        key = (tuple(template or ()), detail)
+        body = listings.get(key)
+        if body is None:
+            body = await run_in_threadpool(build_listing, *key)
+            if len(listings) < 64:
+                listings[key] = body
+        return Response(body, media_type="application/json")
 
     @app.get("/v1/templates/{template_id}", response_model=TemplateDetail, responses=_ERRORS, tags=["read"])
     def get_template(template_id: str):
@@ -478,30 +620,36 @@ def create_app(state: Optional[State] = None) -> FastAPI:
 
     @app.post("/v1/check", response_model=CheckResult, responses=_ERRORS, tags=["check"])
     async def check(cell: CheckRequest,
-                    attribute: bool = Query(True, description="attribute a divergence to a template line")):
+                    attribute_divergence: bool = Query(True, alias="attribute",
+                                                       description="attribute a divergence to a template line")):
         # Classifying is a file read and a byte compare: done on the event loop (a thread hop costs more).
-        # Attribution re-renders the template, so it runs in a worker thread.
-        result = check_one(st(), cell, False)
-        if attribute and result["divergence"] is not None:
-            result["attribution"] = await run_in_threadpool(
-                _attribution, result["template"], result["case"], result["divergence"]["offset"], st())
+        # Attribution re-renders the template: in the attribution pool, never here.
+        result = check_one(st(), cell)
+        if attribute_divergence:
+            await attribute(st(), [result])
         return result
 
     @app.post("/v1/check/batch", response_model=BatchResult, responses=_ERRORS, tags=["check"])
-    def check_batch(batch: BatchRequest):
+    async def check_batch(batch: BatchRequest):
         state = st()
-        results = []
-        for index, cell in enumerate(batch.cells):
-            try:
-                results.append(check_one(state, cell, batch.attribute))
-            except HTTPException as exc:
-                raise HTTPException(exc.status_code, f"cells[{index}]: {exc.detail}") from None
+        results = await run_in_threadpool(_classify_batch, state, batch.cells)
+        if batch.attribute:
+            await attribute(state, results)
         from conformance.judge.pipeline import summary_of
 
         return {"results": results, "summary": summary_of(results)}
 
+    def _classify_batch(state: State, cells: list) -> list:
+        results = []
+        for index, cell in enumerate(cells):
+            try:
+                results.append(check_one(state, cell))
+            except HTTPException as exc:
+                raise HTTPException(exc.status_code, f"cells[{index}]: {exc.detail}") from None
+        return results
+
     @app.post("/v1/goldens", response_model=GoldensResult, responses={**_ERRORS, **_BUSY}, tags=["reference"])
-    def new_goldens(body: GoldensRequest):
+    async def new_goldens(body: GoldensRequest):
         state = st()
         data = body.template.encode("utf-8", ENCODING_ERRORS)
         if len(data) > MAX_TEMPLATE_BYTES:
@@ -510,17 +658,20 @@ def create_app(state: Optional[State] = None) -> FastAPI:
                  if not body.cases or any(fnmatch.fnmatchcase(c.id, p) for p in body.cases)]
         if not cases:
             raise HTTPException(400, f"no case matches {body.cases!r} (GET /v1/cases lists them)")
-        if not state.reference_slot.acquire(timeout=GOLDENS_QUEUE_SECONDS):
-            raise HTTPException(503, f"the reference is busy with another template for over "
-                                     f"{GOLDENS_QUEUE_SECONDS:.0f} s; retry later", headers={"Retry-After": "30"})
         try:
-            return _render_goldens(state, body, cases)
-        finally:
-            state.reference_slot.release()
+            future = state.goldens_pool.submit(functools.partial(_render_goldens, state, body, cases))
+        except Busy as exc:
+            raise HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:  # the server is shutting down under this request
+            future.cancel()
+            raise HTTPException(503, "the service is shutting down; retry later", headers={"Retry-After": "30"}) \
+                from None
 
-    def _render_goldens(state: State, body: GoldensRequest, cases: list) -> dict:
+    def _render_goldens(state: State, body: GoldensRequest, cases: list, runner) -> dict:
         data = body.template.encode("utf-8", ENCODING_ERRORS)
-        runner = state.runner()
+        runner.retry_starts()  # a reference that failed to start for an earlier request gets another chance
         deadline = time.monotonic() + GOLDENS_TOTAL_SECONDS
         goldens, complete = [], True
         for case in cases:
@@ -553,18 +704,46 @@ def create_app(state: Optional[State] = None) -> FastAPI:
                     "hint": "not in the corpus: save the template to a file and run `chatgold corpus import <path>`"}
         return {"sha256": sha, "matched": True, "template": summary_of(entry, False)}
 
+    _install_error_handlers(app)
     app.add_middleware(BodyLimit)
+    app.add_middleware(Guard, token=token, limiter=RateLimiter(rate_limit) if rate_limit else None, state_of=st)
     return app
 
 
-def serve(host: str = "127.0.0.1", port: int = 8765, ready_file: Optional[str] = None) -> None:
-    """Run the service until interrupted. `ready_file` receives the bound port (useful with port 0)."""
-    import asyncio
+def _json_400_protocol():
+    """uvicorn's HTTP protocol class, answering a malformed request (bad request line or headers, which never
+    reach the app) with a JSON body instead of plain text."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+    except ImportError:  # httptools is optional for uvicorn
+        from uvicorn.protocols.http.h11_impl import H11Protocol as Base
 
+    class JSON400(Base):
+        def send_400_response(self, msg: str) -> None:
+            body = json.dumps({"detail": f"malformed HTTP request: {msg}"}).encode()
+            self.transport.write(b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\n"
+                                 b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n"
+                                 + body)
+            self.transport.close()
+
+    return JSON400
+
+
+def serve(host: str = "127.0.0.1", port: int = 8765, ready_file: Optional[str] = None, token: Optional[str] = None,
+          rate_limit: Optional[float] = None) -> None:
+    """Run the service until interrupted. `ready_file` receives the bound port (useful with port 0). Beyond
+    loopback a token is required and a rate limit applies (DEFAULT_RATE unless given)."""
     import uvicorn
 
-    app = create_app()
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    if host not in LOOPBACK_HOSTS:
+        if not token:
+            raise ValueError(f"binding {host} makes the service reachable beyond this machine: give a token "
+                             f"(--token or {TOKEN_ENV})")
+        rate_limit = rate_limit or DEFAULT_RATE
+    app = create_app(token=token, rate_limit=rate_limit)
+    # A bounded shutdown: requests still waiting on a reference render are cut off after a few seconds.
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            http=_json_400_protocol(), timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
 
     async def run():

@@ -1,7 +1,9 @@
 """Code generators: a bounded one for plain rendering, and a tracing one for byte provenance.
 
-BoundedCodeGenerator changes one thing: `~` concatenation calls environment.checked_str_join (deadline +
-value-size check) instead of jinja2.runtime.str_join. The result is the same string.
+BoundedCodeGenerator changes three things, none of which changes a result: `~` concatenation calls
+environment.checked_str_join instead of jinja2.runtime.str_join, output expressions are converted by
+environment.checked_str instead of str (both check the deadline and the value size first), and every node
+visited while compiling checks the compile deadline.
 
 TracingCodeGenerator additionally tags every emitted chunk with (template line, construct): each child of an
 Output node becomes `environment.trace_out(value, lineno, construct)` / `environment.trace_const(...)`, call
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, optimizeconst
+
+from .environment import active_budget
 
 KNOWN_GLOBALS = frozenset({"raise_exception", "strftime_now", "range", "namespace", "dict", "lipsum",
                            "cycler", "joiner"})
@@ -68,6 +72,23 @@ def expression_construct(node: nodes.Node) -> str:
 
 
 class BoundedCodeGenerator(CodeGenerator):
+    def visit(self, node, *args, **kwargs):
+        budget = active_budget()
+        if budget is not None:
+            budget.check()  # compiling a huge template ends at the compile time limit
+        return super().visit(node, *args, **kwargs)
+
+    def _output_child_pre(self, node, frame, finalize) -> None:
+        # str() of a container with shared items can be gigabytes: the environment checks the size first.
+        if frame.eval_ctx.volatile:
+            self.write("(environment.checked_escape if context.eval_ctx.autoescape else environment.checked_str)(")
+        elif frame.eval_ctx.autoescape:
+            self.write("environment.checked_escape(")
+        else:
+            self.write("environment.checked_str(")
+        if finalize.src is not None:
+            self.write(finalize.src)
+
     @optimizeconst
     def visit_Concat(self, node: nodes.Concat, frame) -> None:
         self.write("environment.checked_str_join((")

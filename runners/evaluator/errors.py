@@ -13,8 +13,9 @@ message identical to the HF runner's `"<ExceptionType>: <message>"`, while `str(
     │                               reserved variable such as messages/tools/documents/add_generation_prompt)
     ├── SecurityViolation        the sandbox refused an unsafe attribute, call or namespace write
     └── LimitExceeded            a bound was hit (never a reference outcome: the runner reports Errored)
-        ├── RenderTimeout        the time limit
-        └── OutputLimitError     the output-size or value-size limit
+        ├── RenderTimeout        the time limit (rendering, or compiling the template)
+        ├── OutputLimitError     the output-size, value-size or item limit
+        └── TemplateTooLarge     the template is over runners.base.MAX_TEMPLATE_BYTES
 """
 from __future__ import annotations
 
@@ -88,4 +89,8 @@ class RenderTimeout(LimitExceeded):
 
 
 class OutputLimitError(LimitExceeded):
+    pass
+
+
+class TemplateTooLarge(LimitExceeded):
     pass

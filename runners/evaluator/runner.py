@@ -1,15 +1,19 @@
-"""EvaluatorRunner: the evaluator behind the runners.base.Runner interface, rendering in-process.
+"""EvaluatorRunner: the evaluator behind the runners.base.Runner interface, rendering in harness processes.
 
-With workers > 1, render_many renders in that many harness processes (`python -m runners.evaluator.runner`)
-instead: a batch then uses every core, and the caller's interpreter stays free for its own work (the gate
-compares and reports while engines render). Single renders stay in-process.
+Templates are untrusted code, so every render (single renders too: `chatgold render --runner evaluator`) runs in
+a harness process (`python -m runners.evaluator.runner`) with an address-space cap (EVALUATOR_MEMORY_LIMIT) and
+a time limit per cell (compile limit + render limit + slack; a hang past it kills the process). Inside it, the
+evaluator's own bounds (environment.py, bounds.py) answer first with a typed error. With workers > 1,
+render_many uses that many processes. `render_in_process` is the same render without the process (the
+harness's own renderer; library users who trust their templates).
 
 Outcomes map like the HF runner's: every template or input failure is Raised("<ExceptionType>: <message>")
-with the type name and message HF reports for the same input; a bound hit (time, output size) is Errored
-(timed_out=True for the time limit), because the reference would hang or run out of memory there.
+with the type name and message HF reports for the same input; a bound hit (time, output size, template size)
+is Errored (timed_out=True for the time limits), because the reference would hang or run out of memory there.
 """
 from __future__ import annotations
 
+import argparse
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
 from typing import Iterable, Iterator
@@ -23,7 +27,7 @@ from ..base import (
     RenderRequest,
     Runner,
 )
-from .environment import DEFAULT_MAX_OUTPUT, DEFAULT_TIME_LIMIT
+from .environment import COMPILE_TIME_LIMIT, DEFAULT_MAX_OUTPUT, DEFAULT_TIME_LIMIT
 from .errors import (
     EvaluatorError,
     LimitExceeded,
@@ -34,6 +38,9 @@ from .errors import (
 from .template import ChatTemplate
 
 EVALUATOR_VERSION = "1"
+# Address-space cap of an evaluator harness process: the evaluator's own limits keep a render far below it
+# (values of at most 32 Mi characters, 4 Mi items); it catches what they cannot see.
+EVALUATOR_MEMORY_LIMIT = 2 * 1024**3
 
 
 def refusal_kind(exc: EvaluatorError) -> RefusalKind:
@@ -48,9 +55,10 @@ class EvaluatorRunner(Runner):
     homepage = ""
 
     def __init__(self, timeout: float = DEFAULT_TIME_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT, workers: int = 1,
-                 **_options):
+                 memory_limit: int = EVALUATOR_MEMORY_LIMIT, **_options):
         self.timeout = timeout
         self.max_output = max_output
+        self.memory_limit = memory_limit
         self.workers = max(1, workers)
         self._isolated = None
         try:
@@ -60,6 +68,27 @@ class EvaluatorRunner(Runner):
         self.version = f"{EVALUATOR_VERSION} (jinja2 {jinja_version})"
 
     def render(self, request: RenderRequest) -> Outcome:
+        return self._harness().render(request)
+
+    def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:
+        yield from self._harness().render_many(requests)
+
+    def _harness(self):
+        if self._isolated is None:
+            from ..command import CommandRunner
+            from ..harness import python_harness
+
+            argv, env = python_harness("runners.evaluator.runner")
+            argv += ["--timeout", repr(self.timeout), "--max-output", str(self.max_output),
+                     "--memory-limit", str(self.memory_limit)]
+            # The process timeout only backs up the evaluator's own limits (compile, then render), which
+            # report first.
+            self._isolated = CommandRunner(argv, name=self.name, workers=self.workers,
+                                           timeout=COMPILE_TIME_LIMIT + self.timeout + 10, env=env)
+        return self._isolated
+
+    def render_in_process(self, request: RenderRequest) -> Outcome:
+        """The render itself, in this process: what the harness process runs for each cell."""
         try:
             text = ChatTemplate(request.template).render(
                 request.messages, tools=request.tools, documents=request.documents,
@@ -75,21 +104,9 @@ class EvaluatorRunner(Runner):
             return Raised(exc.reference_text(), refusal_kind(exc))
         except MemoryError:
             return Errored(f"{request.cell()}: memory exhausted while rendering")
+        except RecursionError as exc:  # input nested past Python's stack, before the template ran: as in HF
+            return Raised(f"RecursionError: {exc}", RefusalKind.RENDER)
         return Rendered(text)
-
-    def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:
-        if self.workers == 1:
-            yield from super().render_many(requests)
-            return
-        if self._isolated is None:
-            from ..command import CommandRunner
-            from ..harness import python_harness
-
-            argv, env = python_harness("runners.evaluator.runner")
-            # The process timeout only backs up the evaluator's own time bound, which reports first.
-            self._isolated = CommandRunner(argv, name=self.name, workers=self.workers, timeout=self.timeout + 10,
-                                           env=env)
-        yield from self._isolated.render_many(requests)
 
     def close(self) -> None:
         if self._isolated is not None:
@@ -97,12 +114,17 @@ class EvaluatorRunner(Runner):
             self._isolated = None
 
 
-def main() -> None:
+def main(argv=None) -> None:
     from ..harness import serve
 
-    runner = EvaluatorRunner()
+    parser = argparse.ArgumentParser(prog="python -m runners.evaluator.runner")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIME_LIMIT)
+    parser.add_argument("--max-output", type=int, default=DEFAULT_MAX_OUTPUT)
+    parser.add_argument("--memory-limit", type=int, default=EVALUATOR_MEMORY_LIMIT)
+    args = parser.parse_args(argv)
+    runner = EvaluatorRunner(timeout=args.timeout, max_output=args.max_output)
     serve({"name": runner.name, "version": runner.version, "language": runner.language,
-           "homepage": runner.homepage}, runner.render)
+           "homepage": runner.homepage}, runner.render_in_process, memory_limit=args.memory_limit)
 
 
 if __name__ == "__main__":

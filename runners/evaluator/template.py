@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 import warnings
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, List, Mapping, Optional, Tuple, Union
@@ -16,16 +17,19 @@ from typing import Any, List, Mapping, Optional, Tuple, Union
 import jinja2
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 
+from ..base import MAX_TEMPLATE_BYTES
 from . import environment as envmod
 from .errors import (
     EvaluatorError,
     InputError,
     OutputLimitError,
+    RenderTimeout,
     ReservedVariableError,
     SecurityViolation,
     TemplateCompileError,
     TemplateRefusal,
     TemplateRenderError,
+    TemplateTooLarge,
 )
 
 DEFAULT_NOW = "2025-06-15T09:30:00+00:00"  # same as runners.base.DEFAULT_NOW
@@ -104,14 +108,44 @@ class TracedRender:
         return self.text.encode("utf-8", "surrogatepass")
 
 
-@lru_cache(maxsize=256)
+# Templates whose compile ran out of time, so the next cell of the same template fails at once.
+_COMPILE_TIMEOUTS: "OrderedDict[tuple, RenderTimeout]" = OrderedDict()
+
+
 def _compile(source: str, tracing: bool) -> jinja2.Template:
+    failed = _COMPILE_TIMEOUTS.get((source, tracing))
+    if failed is not None:
+        raise RenderTimeout(str(failed))
+    try:
+        return _compile_cached(source, tracing)
+    except RenderTimeout as exc:
+        _COMPILE_TIMEOUTS[(source, tracing)] = exc
+        while len(_COMPILE_TIMEOUTS) > 16:
+            _COMPILE_TIMEOUTS.popitem(last=False)
+        raise
+
+
+def check_template_size(source: str) -> None:
+    """Refuse a template over MAX_TEMPLATE_BYTES of UTF-8 before anything parses it."""
+    if len(source) * 4 <= MAX_TEMPLATE_BYTES:
+        return
+    size = len(source.encode("utf-8", "surrogatepass"))
+    if size > MAX_TEMPLATE_BYTES:
+        raise TemplateTooLarge(f"the template is {size} bytes, over the limit of {MAX_TEMPLATE_BYTES} bytes "
+                               f"(the largest real chat template is under 50 KB)")
+
+
+@lru_cache(maxsize=256)
+def _compile_cached(source: str, tracing: bool) -> jinja2.Template:
+    check_template_size(source)
     if tracing:
         env = _tracing_environment()
     else:
         env = envmod.environment()
-    budget = envmod.Budget(time.monotonic() + 30.0, envmod.DEFAULT_MAX_VALUE, envmod.DEFAULT_MAX_VALUE, 30.0)
-    token = envmod.set_budget(budget)  # constant folding runs filters at compile time: bound them too
+    # Constant folding runs filters at compile time, and a huge template takes long to parse: both bounded.
+    budget = envmod.Budget(time.monotonic() + envmod.COMPILE_TIME_LIMIT, envmod.DEFAULT_MAX_VALUE,
+                           envmod.DEFAULT_MAX_VALUE, envmod.COMPILE_TIME_LIMIT, activity="compiling the template")
+    token = envmod.set_budget(budget)
     try:
         return env.from_string(source)
     except TemplateSyntaxError as exc:  # TemplateAssertionError (unknown filter/test) is a subclass

@@ -22,6 +22,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 from jinja2.utils import _PassArg
 
+from . import bounds
 from .environment import ChatTemplateEnvironment, _budget
 
 RawSpan = Tuple[int, int, int, str]  # (start char, end char, template line, construct)
@@ -122,6 +123,10 @@ class TracingEnvironment(ChatTemplateEnvironment):
 
     @staticmethod
     def concat(parts):
+        parts = list(parts)
+        budget = _budget.get()
+        if budget is not None:
+            bounds.over(sum(len(p) for p in parts if isinstance(p, str)), budget.max_value, "a macro or block")
         return _join(parts)
 
     @staticmethod
@@ -137,7 +142,7 @@ class TracingEnvironment(ChatTemplateEnvironment):
     def trace_out(value, lineno, construct):
         if isinstance(value, Traced):
             return Traced(value, _fill(value, value._spans, lineno, construct))
-        text = str(value)
+        text = ChatTemplateEnvironment.checked_str(value)
         return Traced(text, [(0, len(text), lineno, construct)] if text else [])
 
     @staticmethod

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from ..base import describe_exit, kill_process_group
+from ..base import describe_exit
+from ..proctree import kill_tree, tagged_env, track
 from .allocator import find_mimalloc
 from .clock import clock_env, write_stamp
 
@@ -124,14 +125,16 @@ class LlamaServer:
         if allocator is not None:
             extra["LD_PRELOAD"] = ":".join(filter(None, (str(allocator), extra.get("LD_PRELOAD"))))
         self._log = open(self.log_path, "wb")
+        env, self._tag = tagged_env(_clean_env(extra))  # the tag lets stop() find every descendant
         try:
             self.proc = subprocess.Popen(
                 server_argv(binary, model, jinja, extra_args), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                env=_clean_env(extra), cwd=self._workdir.name, start_new_session=True)
+                env=env, cwd=self._workdir.name, start_new_session=True)
         except OSError as exc:
             self._log.close()
             self._workdir.cleanup()
             raise ServerStartFailure(f"cannot run {binary}: {exc}") from exc
+        track(self.proc, self._tag)
         try:  # bound a template that allocates without end (set after exec: no preexec_fn with threads)
             resource.prlimit(self.proc.pid, resource.RLIMIT_AS, (memory_limit, memory_limit))
         except (OSError, ValueError):
@@ -249,7 +252,7 @@ class LlamaServer:
                 self.proc.wait(timeout=grace)
             except (ProcessLookupError, PermissionError, subprocess.TimeoutExpired):
                 pass
-        kill_process_group(self.proc)
+        kill_tree(self.proc, self._tag)
         try:
             self._log.close()
         except OSError:

@@ -86,7 +86,10 @@ def outcome_message(seq: int, outcome: Outcome, version: int = PROTOCOL_VERSION)
         return {"seq": seq, "raised": body}
     if isinstance(outcome, Skipped):
         return {"seq": seq, "skipped": {"reason": outcome.message}}
-    return {"seq": seq, "errored": {"message": outcome.message, "stderr": outcome.detail}}
+    body = {"message": outcome.message, "stderr": outcome.detail}
+    if outcome.timed_out:
+        body["timed_out"] = True
+    return {"seq": seq, "errored": body}
 
 
 def outcome_from_message(message: Any, expected_seq: int, version: int = PROTOCOL_VERSION) -> Outcome:
@@ -110,7 +113,8 @@ def outcome_from_message(message: Any, expected_seq: int, version: int = PROTOCO
         return Raised(str(body.get("message", "")), _refusal_kind(body, version))
     if key == "skipped":
         return Skipped(str(body.get("reason", "")))
-    return Errored(str(body.get("message", "harness reported an error")), str(body.get("stderr", "") or ""))
+    return Errored(str(body.get("message", "harness reported an error")), str(body.get("stderr", "") or ""),
+                   timed_out=body.get("timed_out") is True)
 
 
 def _refusal_kind(body: dict, version: int) -> RefusalKind:
