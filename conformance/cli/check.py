@@ -48,6 +48,19 @@ def open_runner(spec: str, args):
     return get_runner(spec, workers=args.workers, timeout=args.timeout)
 
 
+def add_cache_option(p) -> None:
+    p.add_argument("--no-cache", action="store_true",
+                   help="render every cell again instead of reusing outcomes from the result store (`chatgold "
+                        "cache stats`); the fresh outcomes replace what it held")
+
+
+def store_from_args(args):
+    """The result store the command reads first (judge/store.py), with whether to refresh it."""
+    from conformance.judge.store import ResultStore
+
+    return ResultStore(), bool(getattr(args, "no_cache", False))
+
+
 def cmd_check(args) -> int:
     from conformance.analysis.agreement import agreement_section, load_agreement
     from conformance.judge.attribution import attribute_diverged
@@ -68,19 +81,24 @@ def cmd_check(args) -> int:
         judge = ServiceJudge(ServiceClient(args.service))
     else:
         judge = GoldenJudge(goldens)
+    from conformance.judge.store import CachedRunner
+
+    store, refresh = store_from_args(args)
     runs = []
     for spec in args.runner:
         runner = open_runner(spec, args)
         try:
-            runs.append(run(runner, cells, judge, args.expectations, progress_printer(spec)))
+            runs.append(run(runner, cells, judge, args.expectations, progress_printer(spec), store, refresh))
             if agreement is None and runner.reports_capabilities():
-                agreement = agreement_section(selection.templates, runner)
+                agreement = agreement_section(selection.templates, CachedRunner(runner, store, refresh))
         except ServiceError as exc:
             raise UserError(str(exc)) from None
         finally:
             runner.close()
+    store.prune_if_needed()
     if not args.no_attribution and not args.service:
-        attribute_diverged([r for one in runs for r in one.results], requests_by_cell(cells), goldens)
+        attribute_diverged([r for one in runs for r in one.results], requests_by_cell(cells), goldens,
+                           None if refresh else store)
     report = build_report(runs, selection.describe(), selection.metadata(), agreement)
     print(terminal(report))
     for path in write_outputs(report, args.json, args.junit, args.markdown, args.badges, args.html):
@@ -95,10 +113,13 @@ def cmd_expectations_update(args) -> int:
     selection = selection_from_args(args)
     cells = selection.cells()
     runner = open_runner(args.runner, args)
+    store, refresh = store_from_args(args)
     try:
-        results = run(runner, cells, expectations_dir=args.expectations, progress=progress_printer(args.runner))
+        results = run(runner, cells, expectations_dir=args.expectations, progress=progress_printer(args.runner),
+                      store=store, refresh=refresh)
     finally:
         runner.close()
+    store.prune_if_needed()
     selected = None if selection.full else {c.key for c in cells}
     expectations, counts = update_expectations(results.name, results.results, selected, args.expectations)
     print(f"{expectations.path}: {counts['total']} known non-matching cells "
@@ -138,6 +159,7 @@ def register(sub) -> None:
     p.add_argument("--capability-agreement", metavar="PATH",
                    help="include this capability agreement summary (`chatgold capabilities compare --out`) "
                         "instead of computing it with a runner that reports capabilities")
+    add_cache_option(p)
     p.set_defaults(func=cmd_check)
 
     expectations = sub.add_parser("expectations", help="known divergences per engine").add_subparsers(
@@ -147,6 +169,7 @@ def register(sub) -> None:
     p.add_argument("--runner", required=True, metavar="R")
     add_selection(p)
     add_expectations_dir(p)
+    add_cache_option(p)
     p.set_defaults(func=cmd_expectations_update)
 
     report = sub.add_parser("report", help="divergence reports").add_subparsers(

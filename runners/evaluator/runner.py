@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 from ..base import (
     Errored,
@@ -48,10 +48,11 @@ class EvaluatorRunner(Runner):
     homepage = ""
 
     def __init__(self, timeout: float = DEFAULT_TIME_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT, workers: int = 1,
-                 **_options):
+                 protocol: Optional[int] = None, **_options):
         self.timeout = timeout
         self.max_output = max_output
         self.workers = max(1, workers)
+        self.protocol = protocol  # the harness protocol version its worker processes are asked for
         self._isolated = None
         try:
             jinja_version = _dist_version("jinja2")
@@ -77,6 +78,13 @@ class EvaluatorRunner(Runner):
             return Errored(f"{request.cell()}: memory exhausted while rendering")
         return Rendered(text)
 
+    def identity(self) -> dict:
+        from ..identity import python_runner_identity
+
+        # In-process or in harness processes, the same code renders: the package, the protocol, jinja2 (its
+        # parser) and markupsafe.
+        return python_runner_identity(self.name, ["evaluator"], ["jinja2", "markupsafe"], evaluator=EVALUATOR_VERSION)
+
     def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:
         if self.workers == 1:
             yield from super().render_many(requests)
@@ -87,8 +95,9 @@ class EvaluatorRunner(Runner):
 
             argv, env = python_harness("runners.evaluator.runner")
             # The process timeout only backs up the evaluator's own time bound, which reports first.
+            extra = {"protocol": self.protocol} if self.protocol else {}
             self._isolated = CommandRunner(argv, name=self.name, workers=self.workers, timeout=self.timeout + 10,
-                                           env=env)
+                                           env=env, **extra)
         yield from self._isolated.render_many(requests)
 
     def close(self) -> None:
