@@ -60,11 +60,11 @@ def _table_row() -> dict:
     return {"cells": 0, "judged": 0, "matches": 0, "diverged": 0}
 
 
-def _bump(row: dict, status: Status) -> None:
-    row["cells"] += 1
-    row["judged"] += status not in NOT_JUDGED
-    row["matches"] += status in PASSING
-    row["diverged"] += status == Status.DIVERGED
+def _bump(row: dict, status: Status, n: int = 1) -> None:
+    row["cells"] += n
+    row["judged"] += n * (status not in NOT_JUDGED)
+    row["matches"] += n * (status in PASSING)
+    row["diverged"] += n * (status == Status.DIVERGED)
 
 
 def cell_record(result) -> dict:
@@ -112,11 +112,13 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
     verdicts = Counter()
     blamed, blamed_lines = Counter(), defaultdict(Counter)
     passed, records, unexpected = defaultdict(list), [], []
+    # Tallied per (case, status) and (template, status) first, then spread over the tables: a full run has
+    # hundreds of thousands of cells but only a few hundred such pairs.
+    by_case, by_template = Counter(), Counter()
     for result in run.results:
         verdicts[str(result.verdict)] += 1
-        for tag in metadata["cases"].get(result.case_id, {}).get("features", ()):
-            _bump(features[tag], result.status)
-        _bump(per_template[result.template_id], result.status)
+        by_case[(result.case_id, result.status)] += 1
+        by_template[(result.template_id, result.status)] += 1
         if result.status in PASSING and result.verdict == Verdict.EXPECTED_PASS:
             passed[result.template_id].append(result.case_id)
             continue
@@ -128,6 +130,11 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
         if "construct" in attribution:
             blamed[attribution["construct"]] += 1
             blamed_lines[attribution["construct"]][f"{result.template_id}:{attribution['line']}"] += 1
+    for (case_id, status), n in by_case.items():
+        for tag in metadata["cases"].get(case_id, {}).get("features", ()):
+            _bump(features[tag], status, n)
+    for (template_id, status), n in by_template.items():
+        _bump(per_template[template_id], status, n)
     constructs: dict = defaultdict(_table_row)
     notes = set()
     for template_id, tally in per_template.items():
