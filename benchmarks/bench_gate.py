@@ -114,7 +114,8 @@ STORE_LINE = re.compile(r"chatgold: result store .*?: (\d+) cells reused, (\d+) 
 def run_gate(selection: list, report_dir: Path, env_extra: Optional[dict] = None, extra: tuple = ()) -> dict:
     # As tox.ini's conformance environment runs it.
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:schemathesis", "-p",
-            "no:hypothesispytest", "-p", "no:xdist", "--assert=plain", "-q", "--pyargs", "conformance.gate",
+            "no:hypothesispytest", "-p", "no:xdist", "-p", "no:logging", "--assert=plain", "-q", "--pyargs",
+            "conformance.gate",
             "--snapshot-warn-unused", "--chatgold-report", str(report_dir)]
     for runner in RUNNERS:
         argv += ["--chatgold-runner", runner]

@@ -69,15 +69,18 @@ def file_sha256(path) -> str:
 
 def dist_versions(*dists: str) -> dict:
     """Installed versions of Python distributions ("missing" when absent), without importing them."""
+    return {dist: _dist_version(dist) for dist in dists}
+
+
+@lru_cache(maxsize=64)
+def _dist_version(dist: str) -> str:
+    # Asked once per process: each look-up walks every distribution on sys.path.
     from importlib.metadata import PackageNotFoundError, version
 
-    found = {}
-    for dist in dists:
-        try:
-            found[dist] = version(dist)
-        except PackageNotFoundError:
-            found[dist] = "missing"
-    return found
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "missing"
 
 
 def python_identity() -> str:

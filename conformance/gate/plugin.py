@@ -327,7 +327,7 @@ def pytest_sessionfinish(session):
     if gate is not None:
         gate.store.prune_if_needed()
         counters = gate.store.counters
-        print(f"chatgold: result store {gate.store.root}: {counters.hits} cells reused, {counters.misses} rendered "
+        print(f"chatgold: result store {gate.store.root}: {counters.hits} cells reused, {counters.rendered} rendered "
               f"({counters.written} stored), {len(counters.corrupt)} corrupt packs rendered again")
         # The session holds every outcome of every runner; pytest's exit runs gc.collect() several times,
         # which walked all of them (seconds per run). They live until exit anyway: take them out of its way.

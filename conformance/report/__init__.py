@@ -339,17 +339,23 @@ def load_report(path) -> Report:
     return Report(data, cells)
 
 
+_CELL_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
 def write_json(report: Report, path) -> list:
     """report.json and its sidecar of cell records; returns both paths."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     sidecar = cells_path(path)
     data = dict(report.data, cells_file=sidecar.name)
-    # mtime 0: the same records give the same bytes.
-    with open(sidecar, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as handle:
-        for cell in report.cells:
-            handle.write((json.dumps(cell, ensure_ascii=False, separators=(",", ":")) + "\n")
-                         .encode("utf-8", "surrogatepass"))
+    # mtime 0: the same records give the same bytes. The full gate writes ~250k records (~200 MB): encoded by
+    # one encoder, handed to gzip thousands at a time, compressed at level 1 (a third of level 9's time; the
+    # file is about half as large again).
+    encode = _CELL_ENCODER.encode
+    with open(sidecar, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=1) as handle:
+        for start in range(0, len(report.cells), 4096):
+            lines = "\n".join(map(encode, report.cells[start:start + 4096])) + "\n"
+            handle.write(lines.encode("utf-8", "surrogatepass"))
     path.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8",
                     errors="surrogatepass")
     return [path, sidecar]
