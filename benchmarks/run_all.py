@@ -1,7 +1,10 @@
 """Run every benchmark, write benchmarks/results.json and a Markdown table for README.md.
 
     python -m benchmarks [--templates N] [--cases N] [--runners hf,minijinja,...] [--set llamacpp|full]
-                         [--readme README.md]
+                         [--gate SET:SCENARIOS ...] [--readme README.md]
+
+--gate full:cold,warm,one-change --gate llamacpp:warm runs benchmarks/bench_gate.py once per --gate (default:
+the llama.cpp set cold, warm and with one template changed).
 
 Our benchmarks run in this process's interpreter as subprocesses (each with --out); the other engineers'
 bench_evaluator.py, bench_llamacpp.py, bench_service.py run too when present. A failing benchmark is recorded
@@ -51,32 +54,62 @@ def _run(script: str, extra: list, timeout: float) -> dict:
         return {"seconds": seconds, "result": json.loads(out.read_text())}
 
 
+def _gate_runs(results: dict) -> list:
+    """Every bench_gate run recorded: (its entry name, the run)."""
+    found = []
+    for name, entry in results["benchmarks"].items():
+        if name.startswith("bench_gate.py") and entry.get("result"):
+            gate = entry["result"]
+            for run in gate["runs"]:
+                found.append((gate, run))
+    return found
+
+
 def table(results: dict) -> str:
     lines = [f"Measured {results['date']} on {results['machine']} ({results['cpus']} cores).", ""]
     matrix = results["benchmarks"].get("bench_matrix.py", {}).get("result")
     if matrix:
-        lines += [f"Matrix: {matrix['templates']} templates ({matrix['set']} set) x {matrix['cases']} cases.", "",
-                  "| runner | cells | suite s | raw engine s | overhead | ms/cell | conformance | attribution |",
-                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        load = matrix.get("load_average")
+        lines += [f"Native vs suite: {matrix['templates']} templates ({matrix['set']} set) x {matrix['cases']} cases"
+                  + (f", load average {load[0]}-{load[1]} on {matrix.get('cpus')} cores" if load else "") + ".", "",
+                  "| runner | cells | native ms/cell | suite ms/cell | suite / native | native CPU ms | suite CPU ms "
+                  "| CPU ratio | raw v1 ms/cell | raw v2 ms/cell | conformance |",
+                  "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
         for row in matrix["runners"]:
             if "error" in row:
-                lines.append(f"| {row['runner']} | error: {row['error'][:60]} | | | | | | |")
-            else:
-                lines.append(f"| {row['runner']} | {row['cells']} | {row['suite_seconds']} | {row['raw_seconds']} | "
-                             f"{row['overhead_ratio']}x | {row['ms_per_cell']} | {row['conformance']}% | "
-                             f"{row.get('attribution_seconds', '-')} s for {row.get('attributed_cells', '-')} cells |")
-        lines += ["", "Overhead: the suite's check path (render, read goldens, classify) over the raw engine time of "
-                      "the same cells. Attribution (a traced evaluator render per diverged cell, for the report) "
-                      "is timed apart."]
+                lines.append(f"| {row['runner']} | error: {row['error'][:60]} | | | | | | | | | |")
+            elif "native_ms_per_cell" in row:
+                lines.append(f"| {row['runner']} | {row['cells']} | {row['native_ms_per_cell']} | "
+                             f"{row['suite_ms_per_cell']} | {row['suite_over_native']}x | "
+                             f"{row['native_cpu_ms_per_cell']} | {row['suite_cpu_ms_per_cell']} | "
+                             f"{row['suite_over_native_cpu']}x | {row['v1_raw_ms_per_cell'] or '-'} | "
+                             f"{row['raw_ms_per_cell']} | {row['conformance']}% |")
+        lines += ["", "native: the engine's own in-process render of the same cells (compiled templates reused). suite: "
+                      "the check path (harness processes, goldens read, every cell judged; no result store), "
+                      f"{matrix['runners'][0].get('workers', 2)} engine processes. CPU: this process and the harness "
+                      "processes. raw v1/v2: render_many alone, the harness spoken to in protocol version 1 (one "
+                      "render message per cell) or 2 (batches)."]
+        attributed = [row for row in matrix["runners"] if row.get("attributed_cells")]
+        if attributed:
+            lines += ["", "Attribution (a traced evaluator render per diverged cell, for the report): " + ", ".join(
+                f"{row['runner']} {row['attribution_seconds']} s for {row['attributed_cells']} cells"
+                for row in attributed) + "."]
         lines += ["", f"All runners, total wall time: {matrix['total_seconds']} s."]
-    gate = results["benchmarks"].get("bench_gate.py", {}).get("result")
-    if gate:
-        run = gate["runs"][0]
-        cpu = ", ".join(f"{kind} {seconds} s" for kind, seconds in list(run["cpu_seconds"].items())[:6])
-        lines += ["", f"The gate itself (`pytest --pyargs conformance.gate`, {len(gate['runners'])} engines + the "
-                      f"reference + capability goldens) on the {gate['set']} set ({gate['templates']} templates x "
-                      f"{gate['cases']} cases): {run['wall_seconds']} s wall (target {gate['target_seconds']:.0f} s), "
-                      f"{run['cpu_total']} CPU-s: {cpu}."]
+    gate_runs = _gate_runs(results)
+    if gate_runs:
+        lines += ["", "The gate itself (`pytest --pyargs conformance.gate`: the reference, the capability goldens and "
+                      f"{len(gate_runs[0][0]['runners'])} engines), on one result store:", "",
+                  "| selection | store | wall s | CPU-s | cells reused | cells rendered | load average | where the CPU went |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for gate, run in gate_runs:
+            cpu = ", ".join(f"{kind} {seconds}" for kind, seconds in list(run["cpu_seconds"].items())[:4])
+            scenario = run.get("scenario", "cold")
+            label = {"cold": "cold", "warm": "warm, nothing changed", "one-change": "warm, one template changed",
+                     "verify": "warm, reference re-verified"}.get(scenario, scenario)
+            load = run.get("load_average")
+            lines.append(f"| {gate['set']} ({gate['templates']} x {gate['cases']}) | {label} | {run['wall_seconds']} | "
+                         f"{run['cpu_total']} | {run.get('cells_reused', '-')} | {run.get('cells_rendered', '-')} | "
+                         f"{'-'.join(str(x) for x in load) if load else '-'} | {cpu} |")
     gguf = results["benchmarks"].get("bench_gguf.py", {}).get("result")
     if gguf:
         lines += ["", f"GGUF header: read_header {gguf['read_header_ms']} ms vs gguf.GGUFReader "
@@ -128,6 +161,9 @@ def main(argv=None) -> int:
     parser.add_argument("--runners", default="hf,minijinja,hfjs,evaluator")
     parser.add_argument("--set", choices=("llamacpp", "full"), default="llamacpp")
     parser.add_argument("--gguf-files", type=int, default=4, help="GGUF files to read (GGUFReader: seconds each)")
+    parser.add_argument("--gate", action="append", metavar="SET:SCENARIOS",
+                        help="a gate benchmark, e.g. full:cold,warm,one-change (repeatable; default "
+                             "llamacpp:cold,warm,one-change)")
     parser.add_argument("--only", action="append", help="run only these benchmark scripts")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--out", default=str(HERE / "results.json"))
@@ -139,22 +175,25 @@ def main(argv=None) -> int:
         "bench_matrix.py": [*limits, "--runners", args.runners, "--set", args.set],
         "bench_gguf.py": ["--files", str(args.gguf_files)],
         "bench_cold_start.py": ["--runners", args.runners],
-        "bench_gate.py": ["--set", "llamacpp"],
         "bench_explain.py": [],
     }
+    for gate in args.gate or ["llamacpp:cold,warm,one-change"]:
+        gate_set, _, scenarios = gate.partition(":")
+        plan[f"bench_gate.py {gate_set}"] = ["--set", gate_set, "--scenarios", scenarios or "cold,warm"]
     for name in OPTIONAL:
         if (HERE / name).exists():
             plan[name] = list(limits)
-    if args.only:
-        plan = {k: v for k, v in plan.items() if k in args.only}
     results = {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.system()} {platform.machine()}",
                "cpus": os.cpu_count(), "python": platform.python_version(), "benchmarks": {}}
-    for script, extra in plan.items():
+    if args.only:
+        plan = {k: v for k, v in plan.items() if k.split()[0] in args.only}
+    for name, extra in plan.items():
+        script = name.split()[0]
         print(f"benchmarks: {script} {' '.join(extra)}", file=sys.stderr)
         entry = _run(script, extra, args.timeout)
         if "error" in entry and "unrecognized arguments" in entry["error"] and extra:
             entry = _run(script, [], args.timeout)   # a benchmark without our limit options
-        results["benchmarks"][script] = entry
+        results["benchmarks"][name] = entry
     Path(args.out).write_text(json.dumps(results, indent=1))
     block = table(results)
     print(block)

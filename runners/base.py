@@ -20,6 +20,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from typing import Any, Iterable, Iterator, Mapping, Optional, Union
 
 # The largest template chatgold imports or renders, in UTF-8 bytes: over 5x the largest real chat template
@@ -29,10 +30,20 @@ MAX_TEMPLATE_BYTES = 256 * 1024
 
 # A fixed default clock so that templates calling strftime_now are reproducible.
 DEFAULT_NOW = "2025-06-15T09:30:00+00:00"
+# What a cell means: bump when that changes (a conversation field, an outcome kind, a refusal kind), so that
+# no outcome recorded under the old meaning is reused (the result store keys every outcome by it).
+SEMANTICS_VERSION = 1
 
 
 def normalize_now(now: str) -> str:
     """The clock as ISO-8601 with an offset: a naive time is read as UTC (what a minimal case may give)."""
+    if type(now) is str:
+        return _normalize_now(now)  # a harness normalises the same few clocks for every cell
+    return _normalize_now.__wrapped__(now)
+
+
+@lru_cache(maxsize=256)
+def _normalize_now(now: str) -> str:
     import datetime as _dt
 
     try:
@@ -231,6 +242,13 @@ class Runner:
 
     def describe(self) -> dict:
         return {"name": self.name, "version": self.version, "language": self.language, "homepage": self.homepage}
+
+    def identity(self) -> Optional[dict]:
+        """Everything this runner's outcome for a cell is a function of, besides the template and the
+        conversation (name, engine versions, a digest of the code and configuration in between: see
+        runners/identity.py), as JSON data; chatgold may then reuse an outcome recorded under the same identity.
+        None (the default): the runner cannot vouch for that, and its outcomes are never reused."""
+        return None
 
     # -- optional queries: an engine that cannot answer keeps these defaults --------------------------------
     def reports_capabilities(self) -> bool:

@@ -9,6 +9,7 @@ process tree, descendants that called setsid included (runners/proctree.py).
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import queue
@@ -33,6 +34,7 @@ from .protocol import (
     ProtocolError,
     batch_message,
     encode,
+    encode_batch,
     negotiated_version,
     outcome_from_message,
     render_message,
@@ -106,6 +108,15 @@ class StderrRing:
     def settle(self, timeout: float = 1.0) -> None:
         """Wait (briefly) for what a dead process wrote last."""
         self._thread.join(timeout)
+_DECODE = json.JSONDecoder().decode
+
+
+def _parse_line(line: bytes):
+    """json.loads(line), without its encoding detection for the UTF-8 the protocol prescribes."""
+    try:
+        return _DECODE(line.decode("utf-8", "surrogatepass"))
+    except ValueError:
+        return json.loads(line)  # anything else: exactly json.loads's answer (or its error)
 
 
 class HarnessProcess:
@@ -133,7 +144,9 @@ class HarnessProcess:
                 os.setpriority(os.PRIO_PROCESS, self.proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
             except OSError:
                 pass
-        self._buffer = b""
+        self._lines: "collections.deque[bytes]" = collections.deque()  # complete lines not read yet
+        self._partial: list = []  # pieces of the line being received
+        self._partial_size = 0
         self._selector = selectors.DefaultSelector()
         self._selector.register(self.proc.stdout, selectors.EVENT_READ)
         self.seq = 0
@@ -175,8 +188,11 @@ class HarnessProcess:
             from .protocol.validate import check_request
 
             check_request(message)  # our own bug if this fails: let it raise
+        self._write(encode(message))
+
+    def _write(self, line: bytes) -> None:
         try:
-            self.proc.stdin.write(encode(message))
+            self.proc.stdin.write(line)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError) as exc:
             raise HarnessFailure(f"harness stdin closed ({self._exit_text()})") from exc
@@ -185,8 +201,12 @@ class HarnessProcess:
         return describe_exit(self.proc.poll())
 
     def _read_line(self, timeout: float) -> bytes:
+        # A read often brings many lines (a batch's answers): they are split once and handed out in order, and a
+        # long line is gathered in pieces, so no byte is copied more than twice.
+        if self._lines:
+            return self._lines.popleft()
         deadline = time.monotonic() + timeout
-        while b"\n" not in self._buffer:
+        while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise HarnessFailure(f"no response within {timeout:g}s", timed_out=True)
@@ -196,11 +216,19 @@ class HarnessProcess:
             if not chunk:
                 self.proc.wait(timeout=5)
                 raise HarnessFailure(f"harness exited ({self._exit_text()})")
-            self._buffer += chunk
-            if len(self._buffer) > MAX_LINE:
-                raise HarnessFailure(f"response line longer than {MAX_LINE} bytes")
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line
+            if b"\n" not in chunk:
+                self._partial.append(chunk)
+                self._partial_size += len(chunk)
+                if self._partial_size > MAX_LINE:
+                    raise HarnessFailure(f"response line longer than {MAX_LINE} bytes")
+                continue
+            lines = chunk.split(b"\n")
+            if self._partial:
+                lines[0] = b"".join(self._partial) + lines[0]
+            rest = lines.pop()
+            self._partial, self._partial_size = ([rest], len(rest)) if rest else ([], 0)
+            self._lines.extend(lines)
+            return self._lines.popleft()
 
     def render(self, request: RenderRequest, timeout: float) -> Outcome:
         self.seq += 1
@@ -216,7 +244,10 @@ class HarnessProcess:
                 for request in requests:
                     outcomes.append(self.render(request, timeout))
                 return outcomes
-            self._send(batch_message(self.seq + 1, requests, self.bindings))
+            if self.validate:
+                self._send(batch_message(self.seq + 1, requests, self.bindings))
+            else:
+                self._write(encode_batch(self.seq + 1, requests, self.bindings))
             for _ in requests:
                 self.seq += 1
                 outcomes.append(self._read_outcome(timeout))
@@ -227,7 +258,7 @@ class HarnessProcess:
     def _read_outcome(self, timeout: float) -> Outcome:
         line = self._read_line(timeout)
         try:
-            message = json.loads(line)
+            message = _parse_line(line)
         except ValueError as exc:
             raise HarnessFailure(f"response is not JSON: {line[:200]!r}") from exc
         if self.validate:
@@ -273,7 +304,8 @@ class CommandRunner(Runner):
 
     def __init__(self, argv: Sequence[str], name: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
                  workers: int = 1, env: Optional[dict] = None, cwd: Optional[str] = None,
-                 start_timeout: float = START_TIMEOUT, validate: bool = False, nice: int = 0):
+                 start_timeout: float = START_TIMEOUT, validate: bool = False, nice: int = 0,
+                 protocol: int = PROTOCOL_VERSION):
         if not argv:
             raise ValueError("command runner needs a command line")
         self.argv = list(argv)
@@ -293,8 +325,11 @@ class CommandRunner(Runner):
         self._name_override = name
         self.name = name or os.path.basename(self.argv[0])
         self.version = "unknown"
-        self.protocol = PROTOCOL_VERSION  # lowered to 1 once a harness refuses version 2
+        # The version asked for (1 forces version 1, e.g. to measure what batches gain); lowered to 1 once a
+        # harness refuses version 2.
+        self.protocol = protocol
         self.build: Optional[str] = None  # version 2: the harness's build identity, when it gives one
+        self.harness_name: Optional[str] = None  # the name the harness gives itself
         self._described = False
         self._failed_starts = 0
         self.given_up: Optional[str] = None  # why the runner was given up for the run, once it was
@@ -343,6 +378,7 @@ class CommandRunner(Runner):
             if not self._described:
                 self._described = True
                 info = proc.info
+                self.harness_name = str(info.get("name", self.name))
                 if not self._name_override:
                     self.name = str(info.get("name", self.name))
                 self.version = str(info.get("version", self.version))
@@ -358,6 +394,18 @@ class CommandRunner(Runner):
         if self.build:
             info["build"] = self.build
         return info
+
+    def identity(self) -> Optional[dict]:
+        """A harness vouches for its outcomes with a protocol-2 `build`; one that gives none is never cached.
+        Starts a process to ask, when none has started yet."""
+        if not self._described:
+            try:
+                self.start()
+            except RunnerUnavailable:
+                return None
+        if self.protocol < 2 or not self.build:
+            return None
+        return {"name": self.harness_name, "version": self.version, "build": self.build, "runner": "command"}
 
     def start(self) -> dict:
         """Start one process now (rather than on the first render) and return the harness description."""

@@ -27,8 +27,10 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 _frozen_now: contextvars.ContextVar[Optional[_dt.datetime]] = contextvars.ContextVar("chatgold_now", default=None)
 
 
+@lru_cache(maxsize=256)
 def parse_now(now: str) -> _dt.datetime:
-    """The case clock as a naive UTC wall-clock time (what datetime.now() returns on a UTC machine)."""
+    """The case clock as a naive UTC wall-clock time (what datetime.now() returns on a UTC machine).
+    (Cached: every cell of a run reads one of a few clocks.)"""
     value = _dt.datetime.fromisoformat(now.replace("Z", "+00:00"))
     if value.tzinfo is not None:
         value = value.astimezone(_dt.timezone.utc).replace(tzinfo=None)
@@ -71,11 +73,8 @@ class _FrozenDatetime(_dt.datetime):
 
 
 def transformers_versions() -> dict:
-    import jinja2
-    import tokenizers
-    import transformers
-
-    return {"transformers": transformers.__version__, "tokenizers": tokenizers.__version__, "jinja2": jinja2.__version__}
+    """The installed versions, from package metadata (importing transformers to ask costs seconds)."""
+    return {dist: _installed_version(dist) for dist in ("transformers", "tokenizers", "jinja2")}
 
 
 class HFRenderer:
@@ -179,6 +178,8 @@ def reference_feed(text: str, bos_token: Optional[str], eos_token: Optional[str]
         else:
             out.append(Token(token_id, bytes(byte_of[char] for char in piece), False))
     return tuple(out)
+# What the reference's output depends on besides runners/ (the goldens record the first three too).
+REFERENCE_DISTS = ("transformers", "tokenizers", "jinja2", "markupsafe")
 
 
 class HFRunner(CommandRunner):
@@ -193,6 +194,10 @@ class HFRunner(CommandRunner):
                          env=env, **options)
         self.version = _installed_version("transformers")
 
+    def identity(self) -> dict:
+        from .identity import python_runner_identity
+
+        return python_runner_identity("hf", ["hf.py"], REFERENCE_DISTS)
 
 
 def _installed_version(dist: str) -> str:

@@ -15,8 +15,11 @@ Runs in a harness process (python -m runners.minijinja_runner) so a hostile temp
 """
 from __future__ import annotations
 
+import itertools
 import json
+import marshal
 import re
+from collections import OrderedDict
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
 from typing import Any, Optional
@@ -78,24 +81,72 @@ def load_template(env, name: str, source: str) -> None:
     _LOADED[key] = (env, source)
 
 
+# Compiled root templates, least recently used first: (id of the environment, name, the context marshalled)
+# -> (the environment, kept alive so its id stays its own; the root's name). A harness renders every template
+# over the same few conversations, so each root is compiled once rather than once per cell.
+_ROOTS: "OrderedDict[tuple, tuple]" = OrderedDict()
+ROOT_CACHE = 1024
+
+
+def _root_source(context: dict, name: str) -> str:
+    sets = "".join(f"{{% set {key} = {minijinja_literal(value)} %}}" for key, value in context.items())
+    return sets + "{% include " + json.dumps(name) + " %}"
+
+
+def _root_for(env, context: dict, name: str) -> str:
+    try:
+        # marshal: the fastest exact serialisation of JSON data (True, 1 and 1.0 stay apart); process-local.
+        key = (id(env), name, marshal.dumps(context))
+    except ValueError:
+        key = None  # not plain data: minijinja_literal says why below
+    if key is not None and key in _ROOTS:
+        _ROOTS.move_to_end(key)
+        return _ROOTS[key][1]
+    source = _root_source(context, name)
+    root = f"chatgold_root_{next(_ROOT_NUMBERS)}"
+    env.add_template(root, source)
+    if key is not None:
+        _ROOTS[key] = (env, root)
+        while len(_ROOTS) > ROOT_CACHE:
+            old_env, old_root = _ROOTS.popitem(last=False)[1]
+            old_env.remove_template(old_root)
+    return root
+
+
+_ROOT_NUMBERS = itertools.count(1)
+
+
+def _native_string(value) -> bool:
+    """A str the binding hands over as a native MiniJinja string, exactly (lone surrogates cannot cross)."""
+    if type(value) is not str:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def render_native(env, source: str, context: dict, name: str = "chat_template") -> str:
     """Render `source` with `context` bound as *native* MiniJinja values, as a Rust embedder's serde data is.
 
     The Python binding would otherwise hand the template live Python dicts and lists (Python repr, Python
-    methods such as .pop(), mutation), which no Rust embedder exposes. So the data travels as literals in a
-    root template that sets each variable and includes the chat template unchanged.
+    methods such as .pop(), mutation), which no Rust embedder exposes. So structured data travels as literals
+    in a root template that sets each variable and includes the chat template unchanged; plain strings (the
+    special tokens) go in as render arguments, which the binding turns into native strings. A root is compiled
+    once per distinct structured context and kept (ROOT_CACHE of them): MiniJinja evaluates its literals afresh
+    on every render, so the template always starts from the same native values.
     """
     load_template(env, name, source)  # a syntax error raises here
-    sets = []
+    strings, structured = {}, {}
     for key, value in context.items():
         if not _IDENTIFIER.match(key) or key in _RESERVED:
             continue  # cannot be named by a template anyway
-        sets.append(f"{{% set {key} = {minijinja_literal(value)} %}}")
-    env.add_template("chatgold_root", "".join(sets) + "{% include " + json.dumps(name) + " %}")
-    try:
-        return env.render_template("chatgold_root")
-    finally:
-        env.remove_template("chatgold_root")
+        if _native_string(value):
+            strings[key] = value
+        else:
+            structured[key] = value
+    return env.render_template(_root_for(env, structured, name), **strings)
 
 
 def error_text(exc) -> str:
@@ -181,6 +232,11 @@ class MiniJinjaRunner(CommandRunner):
         super().__init__(argv, name="minijinja", timeout=timeout,
                          workers=workers, env=env, **options)
         self.version = minijinja_version()
+
+    def identity(self) -> dict:
+        from .identity import python_runner_identity
+
+        return python_runner_identity("minijinja", ["minijinja_runner.py", "hf.py"], ["minijinja"])
 
 
 def main() -> None:

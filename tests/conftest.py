@@ -21,6 +21,23 @@ def _cached_root(source) -> Path:
                        "scripts/setup.sh (tests never download)")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_result_store(tmp_path_factory):
+    """Every test (and every chatgold process a test starts) uses a result store of this session, never the
+    user's: outcomes cached by one test run cannot answer for another."""
+    import os
+
+    from conformance.judge.store import RESULTS_DIR_ENV
+
+    previous = os.environ.get(RESULTS_DIR_ENV)
+    os.environ[RESULTS_DIR_ENV] = str(tmp_path_factory.mktemp("results"))
+    yield os.environ[RESULTS_DIR_ENV]
+    if previous is None:
+        os.environ.pop(RESULTS_DIR_ENV, None)
+    else:
+        os.environ[RESULTS_DIR_ENV] = previous
+
+
 @pytest.fixture(scope="session")
 def cached_source_root():
     return _cached_root

@@ -232,3 +232,19 @@ def test_a_consumer_that_stops_early_leaves_the_runner_usable():
         assert _split(next(stream))[0] == "T0"
         stream.close()
         assert [_split(o)[0] for o in runner.render_many(requests[:4])] == ["T0", "T1", "T2", "T3"]
+
+
+def test_a_batch_line_assembled_from_cached_conversations_is_the_encoded_batch_message():
+    """encode_batch (each conversation's JSON encoded once per run) sends exactly the bytes of
+    encode(batch_message(...)), with astral characters, lone surrogates and U+2028 in the data."""
+    from runners.protocol import batch_message, encode_batch
+
+    template = "{{ bos_token }}{% for m in messages %}{{ m.content }}\u2028{% endfor %}"
+    requests = [RenderRequest.make(template, [{"role": "user", "content": text}], bos_token="<s>", eos_token=None,
+                                   tools=[{"type": "function", "function": {"name": "f"}}] if i % 2 else None,
+                                   kwargs={"enable_thinking": bool(i % 3)}, add_generation_prompt=True)
+                for i, text in enumerate(["a", "\U0001F600", "lone \ud800", "line\u2028sep", "\x00"])]
+    for _ in range(2):  # the second time from the cache
+        assert encode_batch(7, requests) == encode(batch_message(7, requests))
+    with pytest.raises(ValueError):
+        encode_batch(1, [requests[0], RenderRequest.make("other", [])])

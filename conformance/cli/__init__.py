@@ -18,7 +18,7 @@ from conformance.cli.common import (
 
 # Subjects, in the order `chatgold --help` lists them; each module sets func=callable(args) -> exit code.
 SUBJECTS = ("corpus", "cases", "render", "goldens", "check", "explain", "capabilities", "service", "harness",
-            "engines")
+            "engines", "cache")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,10 +12,12 @@ from conformance.cli.common import UserError
 def cmd_capabilities_update(args) -> int:
     from conformance.analysis.capabilities import update_capability_goldens
     from conformance.corpus.manifest import load_corpus
+    from conformance.judge.store import CachedRunner, ResultStore
     from runners import REFERENCE_RUNNER, get_runner
 
     templates = load_corpus().select(args.template)
-    runner = get_runner(REFERENCE_RUNNER, workers=args.workers)
+    # Capability goldens are always derived afresh; the probe outcomes go into the result store on the way.
+    runner = CachedRunner(get_runner(REFERENCE_RUNNER, workers=args.workers), ResultStore(), refresh=True)
     try:
         written, failures = update_capability_goldens(templates, runner)
     finally:
@@ -39,10 +41,11 @@ def cmd_capabilities_show(args) -> int:
 def cmd_capabilities_compare(args) -> int:
     from conformance.analysis.agreement import agreement_section
     from conformance.corpus.manifest import load_corpus
+    from conformance.judge.store import CachedRunner, ResultStore
     from runners import get_runner
 
     templates = load_corpus().select(args.template)
-    runner = get_runner(args.runner, workers=args.workers)
+    runner = CachedRunner(get_runner(args.runner, workers=args.workers), ResultStore())
     try:
         if not runner.reports_capabilities():
             raise UserError(f"--runner {args.runner}: this engine does not report template capabilities "

@@ -48,6 +48,20 @@ def open_runner(spec: str, args):
     return get_runner(spec, workers=args.workers, timeout=args.timeout)
 
 
+def add_cache_option(p) -> None:
+    p.add_argument("--no-cache", action="store_true",
+                   help="render every cell again instead of reusing outcomes from the result store (`chatgold "
+                        "cache stats`; the fresh outcomes replace what it held), and reduce root causes afresh "
+                        "without the root-cause cache")
+
+
+def store_from_args(args):
+    """The result store the command reads first (judge/store.py), with whether to refresh it."""
+    from conformance.judge.store import ResultStore
+
+    return ResultStore(), bool(getattr(args, "no_cache", False))
+
+
 def cmd_check(args) -> int:
     from conformance.analysis.agreement import agreement_section, load_agreement
     from conformance.judge.attribution import attribute_diverged
@@ -68,17 +82,20 @@ def cmd_check(args) -> int:
         judge = ServiceJudge(ServiceClient(args.service))
     else:
         judge = GoldenJudge(goldens)
+    from conformance.judge.store import CachedRunner
+
+    store, refresh = store_from_args(args)
     runs = []
     explainer = None if args.no_explain or args.service else Explainer(args, selection, cells)
     try:
         for spec in args.runner:
             runner = open_runner(spec, args)
             try:
-                runs.append(run(runner, cells, judge, args.expectations, progress_printer(spec)))
+                runs.append(run(runner, cells, judge, args.expectations, progress_printer(spec), store, refresh))
                 if explainer is not None:
                     explainer.explain(runs[-1], runner, spec)
                 if agreement is None and runner.reports_capabilities():
-                    agreement = agreement_section(selection.templates, runner)
+                    agreement = agreement_section(selection.templates, CachedRunner(runner, store, refresh))
             except ServiceError as exc:
                 raise UserError(str(exc)) from None
             finally:
@@ -86,8 +103,10 @@ def cmd_check(args) -> int:
     finally:
         if explainer is not None:
             explainer.close()
+    store.prune_if_needed()
     if not args.no_attribution and not args.service:
-        attribute_diverged([r for one in runs for r in one.results], requests_by_cell(cells), goldens)
+        attribute_diverged([r for one in runs for r in one.results], requests_by_cell(cells), goldens,
+                           None if refresh else store)
     report = build_report(runs, selection.describe(), selection.metadata(), agreement)
     print(terminal(report))
     for path in write_outputs(report, args.json, args.junit, args.markdown, args.badges, args.html):
@@ -137,10 +156,11 @@ def cmd_expectations_update(args) -> int:
     explainer = None if args.no_explain else Explainer(args, selection, cells, everything=args.reexplain,
                                                         recording=True)
     causes = None
+    store, refresh = store_from_args(args)
     try:
         # Baselines hold byte statuses only: the token verdict is not asked for.
         results = run(runner, cells, expectations_dir=args.expectations, progress=progress_printer(args.runner),
-                      tokens=False)
+                      store=store, refresh=refresh, tokens=False)
         if explainer is not None:
             explanation = explainer.explain(results, runner, args.runner)
             causes = {cause.id: cause.to_dict() for cause in explanation.causes}
@@ -148,6 +168,7 @@ def cmd_expectations_update(args) -> int:
         runner.close()
         if explainer is not None:
             explainer.close()
+    store.prune_if_needed()
     selected = None if selection.full else {c.key for c in cells}
     expectations, counts = update_expectations(results.name, results.results, selected, args.expectations, causes)
     print(f"{expectations.path}: {counts['total']} known non-matching cells "
@@ -160,7 +181,6 @@ def cmd_expectations_update(args) -> int:
 def add_explain_options(p) -> None:
     p.add_argument("--no-explain", action="store_true",
                    help="do not look for root causes (chatgold explain) of cells the baseline does not know")
-    p.add_argument("--no-cache", action="store_true", help="neither read nor write the root-cause cache")
     add_reduction_limits(p)
 
 
@@ -204,6 +224,7 @@ def register(sub) -> None:
     p.add_argument("--capability-agreement", metavar="PATH",
                    help="include this capability agreement summary (`chatgold capabilities compare --out`) "
                         "instead of computing it with a runner that reports capabilities")
+    add_cache_option(p)
     p.set_defaults(func=cmd_check)
 
     expectations = sub.add_parser("expectations", help="known divergences per engine").add_subparsers(
@@ -216,6 +237,7 @@ def register(sub) -> None:
     add_explain_options(p)
     p.add_argument("--reexplain", action="store_true",
                    help="explain every non-matching cell afresh (default: cells the baseline knows keep their cause)")
+    add_cache_option(p)
     p.set_defaults(func=cmd_expectations_update)
 
     report = sub.add_parser("report", help="divergence reports").add_subparsers(

@@ -17,7 +17,12 @@ def cmd_goldens_update(args) -> int:
     all_cases = load_cases()
     cases = select_cases(all_cases, args.case)
     full = not args.template and not args.case
-    runner = get_runner(REFERENCE_RUNNER, workers=args.workers)
+    from conformance.judge.store import CachedRunner, ResultStore
+
+    # Goldens are always rendered afresh; the outcomes go into the result store on the way, so the gate that
+    # follows reads them instead of rendering them again.
+    store = ResultStore()
+    runner = CachedRunner(get_runner(REFERENCE_RUNNER, workers=args.workers), store, refresh=True)
     try:
         report = update_goldens(templates, cases, runner, prune=full, full=full,
                                 progress=progress_printer("goldens"))
@@ -28,6 +33,7 @@ def cmd_goldens_update(args) -> int:
         report.failures.extend((t, "capabilities.json", m) for t, m in caps_failures)
     finally:
         runner.close()
+    store.prune_if_needed()
     write_meta(reference_versions())
     print(f"goldens: {report.cells} cells, {report.written} written, {len(report.removed)} orphans removed")
     for template_id, case_id, message in report.failures[:20]:

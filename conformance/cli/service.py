@@ -50,9 +50,11 @@ def cmd_remote_check(args) -> int:
             template = SimpleNamespace(id=summary["id"])  # the pipeline reads only the id of a cell's template
             cells.extend(Cell(template, case, case.request(source, summary["bos_token"], summary["eos_token"],
                                                            template_id=summary["id"])) for case in cases)
+        from conformance.judge.store import ResultStore
+
         runner = get_runner(args.runner)
         try:
-            results = run(runner, cells, ServiceJudge(client))
+            results = run(runner, cells, ServiceJudge(client), store=ResultStore())
         finally:
             runner.close()
     except ServiceError as exc:

@@ -18,7 +18,7 @@ from conformance.explain.driver import render_pairs
 from conformance.explain.reduce import Found
 from conformance.explain.signature import compare
 from conformance.judge.pipeline import apply_expectations
-from conformance.judge.status import NON_MATCHING, Verdict
+from conformance.judge.status import NON_MATCHING, Verdict, gain_if_fixed
 from runners.base import Conversation, RenderRequest
 
 
@@ -115,7 +115,7 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
             stale.append({"id": cause_id, "title": known.title, "reason": answer})
     ranked = sorted(causes.values(), key=lambda c: (-len(c.cells), c.id))
     for cause in ranked:
-        cause.conformance_if_fixed, cause.gain = cluster.gain(figure, len(cause.cells))
+        cause.conformance_if_fixed, cause.gain = gain_if_fixed(figure, len(cause.cells))
         if not cause.title and cause.id in baseline.causes:
             cause.title = baseline.causes[cause.id].title
     for cause in ranked:

@@ -39,7 +39,7 @@ from conformance.explain.reduce import (
 from conformance.explain.signature import Symptom, compare, outcome_record, symptom_of
 from conformance.explain.template import lines_of
 from conformance.judge.goldens import GoldenStore
-from conformance.judge.status import NON_MATCHING, Status
+from conformance.judge.status import NON_MATCHING, Status, gain_if_fixed
 from runners.base import (
     Conversation,
     Raised,
@@ -313,7 +313,7 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
         unexplained.append(_unexplained(result, reason))
     figure = results.figure()
     for cause in causes:
-        cause.conformance_if_fixed, cause.gain = cluster.gain(figure, len(cause.cells))
+        cause.conformance_if_fixed, cause.gain = gain_if_fixed(figure, len(cause.cells))
     causes.sort(key=lambda c: (-len(c.cells), c.id))
     unexplained.sort(key=lambda u: (u["template"], u["case"]))
     sizes = [cause.repro() for cause in causes]

@@ -21,7 +21,7 @@ the corpus are explained: a baseline's known causes stay known across selections
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Optional
+from typing import Iterable
 
 from conformance.explain.signature import (
     Symptom,
@@ -214,13 +214,3 @@ def _middles(a: str, b: str) -> tuple:
 
 def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit - 1] + "…"
-
-
-def gain(figure: dict, cells: int) -> tuple[Optional[float], float]:
-    """(conformance if these cells passed, points gained) from a judge.status.figure."""
-    judged, passed = figure["judged"], figure["passed"]
-    if not judged:
-        return None, 0.0
-    after = 100.0 * min(judged, passed + cells) / judged
-    before = 100.0 * passed / judged
-    return round(after, 2), round(after - before, 2)

@@ -34,6 +34,12 @@ def pytest_addoption(parser):
     group.addoption("--chatgold-no-explain", action="store_true",
                     help="do not look for the root causes of cells an engine's baseline does not know "
                          "(chatgold explain; cached, and only those cells)")
+    group.addoption("--chatgold-no-cache", action="store_true", default=False,
+                    help="render every cell again: the result store is not read (the fresh outcomes replace what "
+                         "it held)")
+    group.addoption("--chatgold-verify-reference", action="store_true", default=False,
+                    help="re-render every golden (and capability probe) through the reference even when the "
+                         "result store holds it for the same transformers, jinja2, template and case")
 
 
 def select(config):
@@ -98,8 +104,15 @@ class GateSession:
 
     def __init__(self, config):
         from conformance.judge.goldens import GoldenStore
+        from conformance.judge.store import ResultStore
 
         self.config = config
+        # Outcomes already rendered under the same runner identity, template and case (judge/store.py).
+        self.store = ResultStore()
+        self.no_cache = config.getoption("--chatgold-no-cache")
+        # Regenerating goldens (--snapshot-update) always renders through the reference.
+        self.verify_reference = (config.getoption("--chatgold-verify-reference")
+                                 or bool(getattr(config.option, "update_snapshots", False)))
         self.selection = select(config)
         self.corpus, self.all_cases = self.selection.corpus, self.selection.all_cases
         self.templates, self.cases, self.full = self.selection.templates, self.selection.cases, self.selection.full
@@ -162,10 +175,10 @@ class GateSession:
         # Runners are built here, on the caller's thread (signal handlers, imports).
         if spec == CAPABILITIES_JOB:
             # One process: the probes are few, and another transformers start costs seconds of CPU.
-            runner = self.runner(REFERENCE_RUNNER, role=CAPABILITIES_JOB, workers=1)
+            runner = self.cached(REFERENCE_RUNNER, self.runner(REFERENCE_RUNNER, role=CAPABILITIES_JOB, workers=1))
             work = lambda: self._run_capabilities(runner)  # noqa: E731
         elif spec == AGREEMENT_JOB:
-            runner = self.runner(self._agreement_spec, role=AGREEMENT_JOB)
+            runner = self.cached(self._agreement_spec, self.runner(self._agreement_spec, role=AGREEMENT_JOB))
             work = lambda: self._run_agreement(runner)  # noqa: E731
         else:
             runner = self.runner(spec)
@@ -177,6 +190,16 @@ class GateSession:
                 job.thread.start()
         return job
 
+    def refresh(self, spec: str) -> bool:
+        """Whether this runner renders every cell again instead of reading the result store."""
+        return self.no_cache or (self.verify_reference and spec == REFERENCE_RUNNER)
+
+    def cached(self, spec: str, runner):
+        """The runner behind the result store (capability probes and agreement take a runner)."""
+        from conformance.judge.store import CachedRunner
+
+        return CachedRunner(runner, self.store, self.refresh(spec))
+
     def _run_matrix(self, spec: str, runner, cells: list):
         from conformance.judge.pipeline import (
             GoldenJudge,
@@ -187,7 +210,7 @@ class GateSession:
         )
 
         with self._slots:
-            outcomes = render(runner, cells)
+            outcomes = render(runner, cells, store=self.store, refresh=self.refresh(spec))
         by_cell = {c.key: o for c, o in zip(cells, outcomes)}
         if spec == REFERENCE_RUNNER:
             return by_cell, None
@@ -255,7 +278,7 @@ class GateSession:
         if results:
             from conformance.judge.attribution import attribute_diverged
 
-            attribute_diverged(results, self.requests(), self.goldens)
+            attribute_diverged(results, self.requests(), self.goldens, None if self.no_cache else self.store)
 
     def write_report(self, directory) -> list:
         """Every report output for the engines the session checked (called from pytest_sessionfinish)."""
@@ -332,6 +355,10 @@ def pytest_sessionfinish(session):
         for path in gate.write_report(directory):
             print(f"chatgold: wrote {path}")
     if gate is not None:
+        gate.store.prune_if_needed()
+        counters = gate.store.counters
+        print(f"chatgold: result store {gate.store.root}: {counters.hits} cells reused, {counters.rendered} rendered "
+              f"({counters.written} stored), {len(counters.corrupt)} corrupt packs rendered again")
         # The session holds every outcome of every runner; pytest's exit runs gc.collect() several times,
         # which walked all of them (seconds per run). They live until exit anyway: take them out of its way.
         import gc

@@ -5,12 +5,7 @@ import pytest
 
 from conformance.gate.syrupy_ext import GoldenExtension
 from conformance.judge.diff import compare_bytes
-from conformance.judge.goldens import (
-    cell_paths,
-    golden_bytes,
-    read_golden,
-    write_golden,
-)
+from conformance.judge.goldens import cell_paths, golden_bytes, write_golden
 from runners import REFERENCE_RUNNER
 from runners.base import Errored, Skipped
 
@@ -22,11 +17,16 @@ def _cases(session, chatgold_case):
 
 
 @pytest.mark.chatgold_renders(REFERENCE_RUNNER)
-def test_reference_reproduces_goldens(chatgold_session, chatgold_template, chatgold_case, snapshot, request):
-    """transformers, as pinned, still renders every golden byte for byte (refusals included)."""
+def test_reference_reproduces_goldens(chatgold_session, chatgold_template, chatgold_case, request):
+    """transformers, as pinned, still renders every golden byte for byte (refusals included). The reference's
+    outcomes come from the result store when it holds them for the same transformers, jinja2, template and case
+    (--chatgold-verify-reference renders them again); the goldens are compared byte for byte either way."""
     outcomes = chatgold_session.outcomes(REFERENCE_RUNNER)
     updating = request.config.option.update_snapshots
-    snap = snapshot.use_extension(GoldenExtension)
+    # syrupy writes the goldens on --snapshot-update; a check compares bytes directly (a syrupy assertion per
+    # cell cost more than the whole comparison).
+    snap = request.getfixturevalue("snapshot").use_extension(GoldenExtension) if updating else None
+    goldens = chatgold_session.goldens
     problems = []
     for case in _cases(chatgold_session, chatgold_case):
         outcome = outcomes[(chatgold_template, case.id)]
@@ -34,24 +34,21 @@ def test_reference_reproduces_goldens(chatgold_session, chatgold_template, chatg
             problems.append(f"{case.id}: the reference could not render this cell: {outcome}")
             continue
         kind, data = golden_bytes(outcome)
-        rendered_path, raised_path = cell_paths(chatgold_template, case.id)
-        name = case.id if kind == "rendered" else f"{case.id}.raised"
         if updating:
+            rendered_path, raised_path = cell_paths(chatgold_template, case.id)
             stale = raised_path if kind == "rendered" else rendered_path
             if stale.exists():  # the golden changes kind: in one atomic step (syrupy then finds it current)
                 write_golden(chatgold_template, case.id, outcome)
-        golden = read_golden(chatgold_template, case.id)
-        if golden is None and not updating:
+            assert snap(name=case.id if kind == "rendered" else f"{case.id}.raised") == data
+            continue
+        golden = goldens(chatgold_template, case.id)
+        if golden is None:
             problems.append(f"{case.id}: no golden (run `chatgold goldens update`)")
-            continue
-        if not updating and golden.kind != kind:
+        elif golden.kind != kind:
             problems.append(f"{case.id}: golden is {golden.kind}, the reference now {kind}: {outcome}")
-            continue
-        if not updating and golden.data != data:
+        elif golden.data != data:
             problems.append(f"{case.id}: the reference no longer reproduces the golden {'refusal' if kind == 'raised' else 'text'}\n"
                             + compare_bytes(golden.data, data).describe())
-            continue
-        assert snap(name=name) == data
     if problems:
         pytest.fail(f"{chatgold_template}: {len(problems)} cell(s) differ from the goldens:\n\n" + "\n\n".join(problems),
                     pytrace=False)

@@ -46,12 +46,17 @@ def attribute_divergence(request, golden, offset: int, worker: Optional["Attribu
             worker.close()
 
 
-def attribute_results(pending: Iterable[tuple], processes: Optional[int] = None) -> None:
+def attribute_results(pending: Iterable[tuple], processes: Optional[int] = None, store=None) -> None:
     """Set extra["attribution"] on diverged results, given as (CellResult, RenderRequest, Golden).
 
     One traced render per cell however many runners diverged there, and a template's cells one after another
     so its traced compile is reused (runners checked one after another would otherwise recompile it each).
-    The tasks are spread over `processes` worker processes (default: one per CPU, at most one per task)."""
+    A large batch is spread over `processes` worker processes (default: one per CPU, at most one per task). With a result store
+    (judge/store.py), answers it holds for the same evaluator, cell, golden and offset are reused."""
+    if store is not None:
+        from conformance.judge.store import cached_attributions
+
+        return cached_attributions(list(pending), store, lambda missing: attribute_results(missing, processes))
     by_cell: dict = {}
     for result, request, golden in pending:
         by_cell.setdefault((result.template_id, result.case_id), []).append((result, request, golden))
@@ -73,13 +78,13 @@ def attribute_results(pending: Iterable[tuple], processes: Optional[int] = None)
                 result.extra["attribution"] = attribution
 
 
-def attribute_diverged(results: Iterable, requests: dict, goldens) -> None:
+def attribute_diverged(results: Iterable, requests: dict, goldens, store=None) -> None:
     """Attribute every diverged result not attributed yet; requests: (template id, case id) -> RenderRequest,
     goldens: (template id, case id) -> Golden."""
     from conformance.judge.status import Status
 
-    attribute_results((r, requests[r.key], goldens(*r.key)) for r in results
-                      if r.status == Status.DIVERGED and "attribution" not in r.extra)
+    attribute_results([(r, requests[r.key], goldens(*r.key)) for r in results
+                       if r.status == Status.DIVERGED and "attribution" not in r.extra], store=store)
 
 
 def attribute_template(task: tuple) -> list:

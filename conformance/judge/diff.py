@@ -24,20 +24,19 @@ def first_difference(expected: bytes, actual: bytes) -> Optional[int]:
     return limit
 
 
+def _visible_table(newline_breaks: bool) -> dict:
+    table = {code: shown if newline_breaks or code != 0x0A else "\\n" for code, shown in _VISIBLE.items()}
+    for code in [*range(0x20), 0x7F, *range(0x80, 0xA0), 0x2028, 0x2029, 0xFEFF, 0x200B]:
+        table.setdefault(code, f"\\u{code:04x}" if code > 0xFF else f"\\x{code:02x}")
+    return table
+
+
+_VISIBLE_TABLES = {False: _visible_table(False), True: _visible_table(True)}
+
+
 def visible(data: bytes, newline_breaks: bool = False) -> str:
     """Bytes as readable text: spaces as ·, control characters and invalid UTF-8 as escapes."""
-    out = []
-    text = data.decode("utf-8", "backslashreplace")
-    for ch in text:
-        code = ord(ch)
-        if code in _VISIBLE:
-            shown = _VISIBLE[code]
-            out.append(shown if newline_breaks or code != 0x0A else "\\n")
-        elif code < 0x20 or code == 0x7F or 0x80 <= code < 0xA0 or code in (0x2028, 0x2029, 0xFEFF, 0x200B):
-            out.append(f"\\u{code:04x}" if code > 0xFF else f"\\x{code:02x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return data.decode("utf-8", "backslashreplace").translate(_VISIBLE_TABLES[newline_breaks])
 
 
 @dataclass(frozen=True)

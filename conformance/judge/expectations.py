@@ -123,9 +123,8 @@ class Expectations:
     def reason_for(self, template_id: str, case_id: str, status: str) -> tuple[str, str]:
         """The reason of a cell without a known cause: the first matching rule, else the status's reason."""
         for rule in self.rules:
-            if (fnmatch.fnmatchcase(template_id, rule.get("template", "*"))
-                    and fnmatch.fnmatchcase(case_id, rule.get("case", "*"))
-                    and fnmatch.fnmatchcase(status, rule.get("status", "*"))):
+            if (_glob_match(template_id, rule.get("template", "*")) and _glob_match(case_id, rule.get("case", "*"))
+                    and _glob_match(status, rule.get("status", "*"))):
                 return rule.get("reason", ""), rule.get("link", "")
         return self.status_reasons.get(status, ""), ""
 
@@ -142,6 +141,22 @@ class Expectations:
                 explicit = {**{c: default for c in case_ids}, **explicit}
             out[template_id] = explicit
         return out
+
+
+_GLOB_MATCHES: dict = {}
+
+
+def _glob_match(name: str, pattern: str) -> bool:
+    """fnmatchcase, remembered: a run asks the same few rules about the same ids for every known cell."""
+    if pattern == "*":
+        return True
+    key = (name, pattern)
+    found = _GLOB_MATCHES.get(key)
+    if found is None:
+        if len(_GLOB_MATCHES) > 200_000:
+            _GLOB_MATCHES.clear()
+        found = _GLOB_MATCHES[key] = fnmatch.fnmatchcase(name, pattern)
+    return found
 
 
 def runner_file_name(runner_name: str) -> str:

@@ -99,19 +99,55 @@ def read_golden(template_id: str, case_id: str, root: Optional[Path] = None) -> 
 class GoldenStore:
     """Goldens read once and then shared: the gate checks every runner against the same cells.
 
-    Safe to call from several threads (a race costs one duplicate read, never a wrong answer)."""
+    Each template's directory is listed once, so a cell costs one open of the file that exists (not a failed
+    open of the other variant). Safe to call from several threads (a race costs one duplicate read, never a
+    wrong answer). Goldens written after a template's listing are not seen: a store lives for one check."""
 
     def __init__(self, root: Optional[Path] = None):
         self.root = root
         self._cache: dict = {}
+        self._listings: dict = {}
 
     def __call__(self, template_id: str, case_id: str) -> Optional[Golden]:
         key = (template_id, case_id)
         try:
             return self._cache[key]
         except KeyError:
-            golden = self._cache[key] = read_golden(template_id, case_id, self.root)
+            golden = self._cache[key] = self._read(template_id, case_id)
             return golden
+
+    def _read(self, template_id: str, case_id: str) -> Optional[Golden]:
+        directory = os.path.join(self.root or goldens_dir(), template_id)
+        names = self._listings.get(template_id)
+        if names is None:
+            try:
+                names = frozenset(os.listdir(directory))
+            except (FileNotFoundError, NotADirectoryError):
+                names = frozenset()
+            self._listings[template_id] = names
+        for kind, suffix in (("rendered", RENDERED_SUFFIX), ("raised", RAISED_SUFFIX)):
+            if case_id + suffix in names:
+                try:
+                    return Golden(kind, _read_bytes(os.path.join(directory, case_id + suffix)))
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+        return None
+
+
+def _read_bytes(path: str) -> bytes:
+    # os.open/os.read: a buffered file object per golden cost twice the reading itself.
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunk = os.read(fd, 1 << 16)
+        if len(chunk) < 1 << 16:
+            return chunk
+        parts = [chunk]
+        while chunk:
+            chunk = os.read(fd, 1 << 20)
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 def _umask() -> int:

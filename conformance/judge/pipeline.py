@@ -197,11 +197,16 @@ def apply_expectations(results: Iterable[CellResult], expectations: Expectations
         result.expectation = expectation
 
 
-def render(runner, cells: Sequence[Cell], progress: Optional[Callable[[int, int], None]] = None) -> list:
-    """Every cell's outcome through the runner, in order."""
+def render(runner, cells: Sequence[Cell], progress: Optional[Callable[[int, int], None]] = None,
+           store=None, refresh: bool = False) -> list:
+    """Every cell's outcome through the runner, in order. With a result store (judge/store.py) the store
+    answers first and only the cells it does not hold are rendered; refresh renders every cell and stores
+    what comes back."""
+    from conformance.judge.store import cached_render_many
+
     outcomes = []
     total = len(cells)
-    for index, outcome in enumerate(runner.render_many([c.request for c in cells]), 1):
+    for index, outcome in enumerate(cached_render_many(runner, [c.request for c in cells], store, refresh), 1):
         outcomes.append(outcome)
         if progress:
             progress(index, total)
@@ -242,11 +247,12 @@ def add_token_parity(runner, cells: Sequence[Cell], results: RunnerResults, judg
 
 
 def run(runner, cells: Sequence[Cell], judge: Optional[Judge] = None, expectations_dir=None,
-        progress: Optional[Callable[[int, int], None]] = None, tokens: bool = True) -> RunnerResults:
-    """Render every cell through an open runner and judge the outcomes (and, with `tokens`, the tokens the
-    engine feeds its model, where the runner can tell)."""
+        progress: Optional[Callable[[int, int], None]] = None, store=None, refresh: bool = False,
+        tokens: bool = True) -> RunnerResults:
+    """Render every cell through an open runner (the result store first, when given) and judge the outcomes
+    (and, with `tokens`, the tokens the engine feeds its model, where the runner can tell)."""
     started = time.perf_counter()
-    outcomes = render(runner, cells, progress)
+    outcomes = render(runner, cells, progress, store, refresh)
     info = runner_info(runner, time.perf_counter() - started)
     judge = judge or GoldenJudge()
     results = judge_outcomes(info, cells, outcomes, judge, expectations_dir=expectations_dir)

@@ -87,7 +87,8 @@ class CellResult:
     extra: dict = field(default_factory=dict)  # fingerprint, root cause, attribution: what later stages add
 
     def __post_init__(self):
-        self.status = Status(self.status)
+        if type(self.status) is not Status:
+            self.status = Status(self.status)
 
     @property
     def passed(self) -> bool:
@@ -159,6 +160,10 @@ def classify(golden: Optional[Golden], outcome: Outcome) -> Judgement:
 
 def result_for(runner_name: str, template_id: str, case_id: str, golden: Optional[Golden], outcome: Outcome,
                seconds: float = 0.0) -> CellResult:
+    if type(outcome) is Rendered and golden is not None and golden.kind == "rendered" \
+            and outcome.text.encode("utf-8", ENCODING_ERRORS) == golden.data:
+        # Most cells: a match has no divergence, message, output or fingerprint (what the general path gives).
+        return CellResult(runner_name, template_id, case_id, Status.MATCH, golden_kind="rendered", seconds=seconds)
     judgement = classify(golden, outcome)
     status = judgement.status
     result = CellResult(
@@ -206,6 +211,15 @@ def figure(counts: Mapping[str, int]) -> dict:
             "not_run": cells - judged,
             "conformance": round(100.0 * passed / judged, 2) if judged else None,
             "ran": round(100.0 * judged / cells, 2) if cells else None}
+
+
+def gain_if_fixed(fig: dict, cells: int) -> tuple[Optional[float], float]:
+    """(conformance if `cells` more cells passed, points gained) from a figure()."""
+    judged, passed = fig["judged"], fig["passed"]
+    if not judged:
+        return None, 0.0
+    after = 100.0 * min(judged, passed + cells) / judged
+    return round(after, 2), round(after - 100.0 * passed / judged, 2)
 
 
 def count_statuses(results: Iterable) -> dict:

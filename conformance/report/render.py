@@ -3,6 +3,7 @@ shields.io endpoint badges."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
@@ -147,9 +148,12 @@ def write_junit(report, path: Path) -> Path:
             skipped = v.get(str(Verdict.EXPECTED_FAIL), 0) + v.get(str(Verdict.NOT_RUN), 0)
             fh.write(f'  <testsuite name={quoteattr("chatgold." + name)} tests="{s["cells_total"]}" '
                      f'failures="{s["unexpected"]}" errors="0" skipped="{skipped}">\n')
+            names: dict = {}  # case id -> its quoted attribute: the same ~100 cases under every template
             for template, cases in s["passed"].items():
-                for case in cases:
-                    fh.write(f'    <testcase classname={quoteattr(f"{name}.{template}")} name={quoteattr(case)}/>\n')
+                classname = quoteattr(f"{name}.{template}")
+                fh.write("".join(f'    <testcase classname={classname} name='
+                                 f'{names.get(case) or names.setdefault(case, quoteattr(case))}/>\n'
+                                 for case in cases))
             for cell in report.runner_cells(name):
                 fh.write(f'    <testcase classname={quoteattr(name + "." + cell["template"])} name={quoteattr(cell["case"])}>')
                 text = cell.get("description") or cell.get("message") or ""
@@ -169,11 +173,13 @@ def write_junit(report, path: Path) -> Path:
     return path
 
 
+# What XML 1.0 cannot carry, even escaped: most control characters, surrogates, U+FFFE and U+FFFF.
+_XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
 def _xml_safe(text: str) -> str:
-    """XML 1.0 cannot carry most control characters, even escaped: show them as \\xNN."""
-    return "".join(ch if ch in "\t\n\r" or (ord(ch) >= 0x20 and ord(ch) not in (0xFFFE, 0xFFFF)
-                                           and not 0xD800 <= ord(ch) <= 0xDFFF) else f"\\x{ord(ch):02x}"
-                   for ch in text)
+    """Characters XML 1.0 cannot carry shown as \\xNN (a regex pass: the full gate's JUnit has ~600k cells)."""
+    return _XML_UNSAFE.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def badge(section: dict) -> dict:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _dist_version
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Optional
 
 from ..base import (
     Errored,
@@ -55,11 +55,13 @@ class EvaluatorRunner(Runner):
     homepage = ""
 
     def __init__(self, timeout: float = DEFAULT_TIME_LIMIT, max_output: int = DEFAULT_MAX_OUTPUT, workers: int = 1,
-                 memory_limit: int = EVALUATOR_MEMORY_LIMIT, **_options):
+                 memory_limit: int = EVALUATOR_MEMORY_LIMIT, protocol: Optional[int] = None,
+                 **_options):
         self.timeout = timeout
         self.max_output = max_output
         self.memory_limit = memory_limit
         self.workers = max(1, workers)
+        self.protocol = protocol  # the harness protocol version its worker processes are asked for
         self._isolated = None
         try:
             jinja_version = _dist_version("jinja2")
@@ -84,7 +86,8 @@ class EvaluatorRunner(Runner):
             # The process timeout only backs up the evaluator's own limits (compile, then render), which
             # report first.
             self._isolated = CommandRunner(argv, name=self.name, workers=self.workers,
-                                           timeout=COMPILE_TIME_LIMIT + self.timeout + 10, env=env)
+                                           timeout=COMPILE_TIME_LIMIT + self.timeout + 10, env=env,
+                                           **({"protocol": self.protocol} if self.protocol else {}))
         return self._isolated
 
     def render_in_process(self, request: RenderRequest) -> Outcome:
@@ -107,6 +110,13 @@ class EvaluatorRunner(Runner):
         except RecursionError as exc:  # input nested past Python's stack, before the template ran: as in HF
             return Raised(f"RecursionError: {exc}", RefusalKind.RENDER)
         return Rendered(text)
+
+    def identity(self) -> dict:
+        from ..identity import python_runner_identity
+
+        # In-process or in harness processes, the same code renders: the package, the protocol, jinja2 (its
+        # parser) and markupsafe.
+        return python_runner_identity(self.name, ["evaluator"], ["jinja2", "markupsafe"], evaluator=EVALUATOR_VERSION)
 
     def close(self) -> None:
         if self._isolated is not None:

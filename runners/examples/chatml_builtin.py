@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from runners.base import Raised, RefusalKind, Rendered, Skipped  # noqa: E402
 from runners.harness import serve  # noqa: E402
+from runners.identity import harness_build  # noqa: E402
 
 ROLES = ("system", "user", "assistant")
 
@@ -35,4 +36,4 @@ def render(request):
 
 if __name__ == "__main__":
     serve({"name": "chatml-builtin", "version": "kopitiam-ai 0.2.5", "language": "rust",
-           "homepage": "seed 001: kopitiam-ai render_chatml"}, render)
+           "homepage": "seed 001: kopitiam-ai render_chatml"}, render, build=harness_build(__file__))

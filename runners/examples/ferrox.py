@@ -22,6 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from runners.base import Raised, RefusalKind, Rendered, Skipped  # noqa: E402
 from runners.harness import serve  # noqa: E402
+from runners.identity import harness_build  # noqa: E402
 from runners.minijinja_runner import (  # noqa: E402
     error_text,
     load_template,
@@ -284,4 +285,5 @@ def builtin_chatml(request):
 if __name__ == "__main__":
     engine = Ferrox()
     serve({"name": "ferrox", "version": f"ferrox chat_template.rs on minijinja {minijinja_version()}",
-           "language": "rust", "homepage": "seed 000: ferrox chat_template.rs"}, engine.render)
+           "language": "rust", "homepage": "seed 000: ferrox chat_template.rs"}, engine.render,
+          build=harness_build(__file__, ["minijinja_runner.py"], ["minijinja"]))

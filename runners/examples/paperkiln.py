@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 
 from runners.base import Raised, RefusalKind, Rendered, Skipped  # noqa: E402
 from runners.harness import serve  # noqa: E402
+from runners.identity import harness_build  # noqa: E402
 
 
 class PaperkilnError(Exception):
@@ -249,4 +250,5 @@ if __name__ == "__main__":
     if args.declared:
         resolve("", args.declared)  # fail at start on an unknown id
     serve({"name": "paperkiln", "version": "paperkiln 877fb0d0 chat_template.hpp", "language": "c++",
-           "homepage": "seed 003: paperkiln chat_template.hpp"}, make_renderer(args.declared))
+           "homepage": "seed 003: paperkiln chat_template.hpp"}, make_renderer(args.declared),
+          build=harness_build(__file__, configuration=f"declared={args.declared}" if args.declared else None))

@@ -112,3 +112,26 @@ class HFJSRunner(CommandRunner):
         argv = [node, f"--max-old-space-size={NODE_HEAP_MB}", HARNESS, "--modules", modules]
         super().__init__(argv, name="hfjs", timeout=timeout, workers=workers, env=env, **options)
         self.version = pinned_version()
+        self.node = node
+
+    def identity(self) -> dict:
+        from ..identity import PROTOCOL_FILES, source_digest
+
+        # The harness and its engine, package.json and the lock (so the installed package), node itself, the protocol code.
+        return {"name": "hfjs", "package": f"{PACKAGE}@{pinned_version()}", "lock": _lock_digest(),
+                "node": node_version(self.node), "code": source_digest(*PROTOCOL_FILES, "hfjs", "examples/harness.mjs",
+                                                                    "examples/hfjs_engine.mjs")}
+
+
+_NODE_VERSIONS: dict = {}
+
+
+def node_version(node: str) -> str:
+    """`node --version` of this binary, asked once per process."""
+    if node not in _NODE_VERSIONS:
+        try:
+            done = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=30)
+            _NODE_VERSIONS[node] = done.stdout.strip() or f"unknown (exit {done.returncode})"
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise RunnerUnavailable(f"cannot run {node} --version: {exc}") from exc
+    return _NODE_VERSIONS[node]

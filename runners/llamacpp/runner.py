@@ -184,6 +184,27 @@ class LlamaCppRunner(Runner):
         self._check_clock()
         return self._clock_problem
 
+    def identity(self) -> Optional[dict]:
+        """The binary's sha256 (so its tag, build flags and compiler), the clock's library (or none: cells that
+        read the clock are then skipped), the allocator, the GGUF writer and this package's code."""
+        from ..identity import (
+            PROTOCOL_FILES,
+            dist_versions,
+            file_sha256,
+            python_identity,
+            source_digest,
+        )
+
+        try:
+            binary = self.binary()
+        except RunnerUnavailable:
+            return None
+        self._check_clock()
+        return {"name": self.name, "tag": build.LLAMA_CPP_TAG, "binary": file_sha256(binary),
+                "clock": file_sha256(self._libfaketime) if self._libfaketime else None,
+                "allocator": allocator_name(), "python": python_identity(),
+                "packages": dist_versions("gguf", "numpy"), "code": source_digest(*PROTOCOL_FILES, "llamacpp")}
+
     # -- server pool: idle servers kept per template, at most `workers` idle in total -------------------
     def reads_clock(self, template: str) -> bool:
         return self.uses_clock and reads_clock(template)

@@ -1,0 +1,709 @@
+"""The result store: outcomes already rendered, filed under everything that decides them, read before rendering.
+
+An outcome is a function of (the runner's identity: runners.base.Runner.identity(); the template's exact
+bytes; the conversation with the special tokens; chatgold's semantics version), so it is stored under exactly
+that and reused only under exactly that: an unchanged engine re-runs in seconds, and a change to one template
+or one case renders only its cells. A runner without an identity is never cached. Errored outcomes (a crash,
+a timeout, a missing engine) are never stored: a failure is asked again, never remembered.
+
+Layout, under results_dir() (~/.cache/chatgold/results; $CHATGOLD_CACHE/results; $CHATGOLD_RESULTS_DIR):
+
+    <identity digest>/identity.json          the identity, for `chatgold cache stats`
+    <identity digest>/<template sha256>.pack  one pack per template: case key -> outcome
+    <identity digest>/.lock                   serialises writers of this identity's packs
+
+A pack (schema: conformance/schemas/result-pack.schema.json for its body) is a magic line, one JSON header line
+naming its identity, template and the sha256 and length of the body, then the body: zlib-compressed, a JSON
+index and the texts it points into.
+Reading checks all of it; a pack that fails any check (truncated, flipped bits, wrong JSON, filed under the
+wrong name) is corrupt: none of its outcomes is trusted, its cells are rendered again and the pack rewritten.
+Writes are atomic (temporary file + rename) and, per identity, serialised by a lock file, so two runs writing
+at once lose nothing. The store is bounded (max_bytes): the least recently used packs go first.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import weakref
+import zlib
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Iterator, Optional, Sequence
+
+from runners.base import (
+    SEMANTICS_VERSION,
+    Outcome,
+    Raised,
+    RefusalKind,
+    Rendered,
+    RenderRequest,
+    Runner,
+    Skipped,
+    canonical_json,
+)
+
+FORMAT = 1
+MAGIC = b"chatgold-results %d\n" % FORMAT
+PACK_SUFFIX = ".pack"
+IDENTITY_FILE = "identity.json"
+LOCK_FILE = ".lock"
+RESULTS_DIR_ENV = "CHATGOLD_RESULTS_DIR"
+MAX_BYTES_ENV = "CHATGOLD_RESULTS_MAX_MB"
+DEFAULT_MAX_BYTES = 2 * 1024**3
+# A pack read is recorded as a use (its mtime, for pruning) at most this often.
+TOUCH_SECONDS = 3600.0
+CAPABILITIES_PREFIX = "capabilities:"
+ATTRIBUTION_PREFIX = "attribution:"
+# Entries beside the outcomes of a template's cells: key prefix -> record kind (a [kind, JSON object] pair).
+ENCODING_ERRORS = "surrogatepass"  # lone surrogates in rendered text survive the round trip
+
+
+def results_dir() -> Path:
+    configured = os.environ.get(RESULTS_DIR_ENV)
+    if configured:
+        return Path(configured)
+    cache = os.environ.get("CHATGOLD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "chatgold")
+    return Path(cache) / "results"
+
+
+def default_max_bytes() -> int:
+    configured = os.environ.get(MAX_BYTES_ENV)
+    if configured:
+        try:
+            return int(float(configured) * 1024 * 1024)
+        except ValueError:
+            raise ValueError(f"{MAX_BYTES_ENV}={configured!r}: expected a number of megabytes") from None
+    return DEFAULT_MAX_BYTES
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", ENCODING_ERRORS)).hexdigest()
+
+
+def identity_digest(identity: dict) -> str:
+    """The store's name for an identity: the identity with chatgold's semantics version and the store format."""
+    return _sha256(canonical_json({"format": FORMAT, "semantics": SEMANTICS_VERSION, "identity": identity}))
+
+
+def template_key(template: str) -> str:
+    """sha256 of the template's exact bytes."""
+    return _sha256(template)
+
+
+def case_key(conversation, bos_token: Optional[str], eos_token: Optional[str]) -> str:
+    """sha256 of the conversation (every field, runners.base.Conversation.to_dict) with the special tokens."""
+    return _sha256(canonical_json({"conversation": conversation.to_dict(), "bos_token": bos_token,
+                                   "eos_token": eos_token}))
+
+
+def capabilities_key(bos_token: Optional[str], eos_token: Optional[str]) -> str:
+    return CAPABILITIES_PREFIX + _sha256(canonical_json({"bos_token": bos_token, "eos_token": eos_token}))
+
+
+# -- outcome records: what a pack holds per case --------------------------------------------------------------
+
+def cacheable(outcome: Outcome) -> bool:
+    """Rendered, Raised and Skipped are answers about the template; Errored is the runner failing."""
+    return isinstance(outcome, (Rendered, Raised, Skipped))
+
+
+def to_record(outcome: Outcome) -> list:
+    if isinstance(outcome, Rendered):
+        return ["rendered", outcome.text]
+    if isinstance(outcome, Raised):
+        return ["raised", outcome.message, str(outcome.refusal)]
+    if isinstance(outcome, Skipped):
+        return ["skipped", outcome.message]
+    raise ValueError(f"a {outcome.kind} outcome is never stored")
+
+
+_REFUSALS = {str(kind): kind for kind in RefusalKind}
+
+
+def side_record(record, kind: str) -> dict:
+    """The JSON object a capabilities or attribution record holds; CorruptPack when it is not one."""
+    if type(record) is list and len(record) == 2 and record[0] == kind and type(record[1]) is dict:
+        return record[1]
+    raise CorruptPack(f"not a {kind} record: {str(record)[:80]!r}")
+
+
+class CorruptPack(ValueError):
+    """A pack that fails a check: its outcomes are not used."""
+
+
+_TEXT_KINDS = frozenset({"rendered", "raised", "skipped"})
+_SIDE_KINDS = frozenset({"capabilities", "attribution"})
+
+
+def encode_pack(identity: str, template: str, entries: dict) -> bytes:
+    """A pack of records (key -> ["rendered", text] | ["raised", message, kind] | ["skipped", message] |
+    ["capabilities" | "attribution", object]). Its body is a JSON index (schema: result-pack.schema.json), a
+    newline, then every text one after another, exactly (UTF-8, lone surrogates kept): the index gives each text
+    by code point offsets, so reading a pack decodes its texts once instead of unescaping them from JSON."""
+    index: dict = {}
+    texts: list = []
+    position = 0
+    for key in sorted(entries):
+        record = entries[key]
+        if record[0] in _TEXT_KINDS:
+            text = record[1]
+            index[key] = [record[0], position, position + len(text), *record[2:]]
+            texts.append(text)
+            position += len(text)
+        else:
+            index[key] = list(record)
+    raw = (json.dumps({"format": FORMAT, "entries": index}, ensure_ascii=True, separators=(",", ":"))
+           + "\n" + "".join(texts)).encode("utf-8", ENCODING_ERRORS)
+    body = zlib.compress(raw, 1)  # level 1: three times faster to write than 6, as fast to read
+    header = {"identity": identity, "template": template, "entries": len(entries),
+              "body": {"sha256": hashlib.sha256(body).hexdigest(), "bytes": len(body),
+                       "encoding": "zlib: JSON index, newline, texts"}}
+    return MAGIC + json.dumps(header, sort_keys=True).encode("ascii") + b"\n" + body
+
+
+def _split_pack(data: bytes, identity: str, template: str) -> tuple:
+    if not data.startswith(MAGIC):
+        raise CorruptPack("not a result pack of this format (magic line)")
+    end = data.find(b"\n", len(MAGIC))
+    if end < 0:
+        raise CorruptPack("truncated header")
+    try:
+        header = json.loads(data[len(MAGIC):end])
+        body_info = header["body"]
+        digest, length = body_info["sha256"], body_info["bytes"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptPack(f"unreadable header: {exc}") from None
+    if header.get("identity") != identity or header.get("template") != template:
+        raise CorruptPack("filed under another identity or template than it names")
+    body = data[end + 1:]
+    if len(body) != length:
+        raise CorruptPack(f"body is {len(body)} bytes, the header says {length}")
+    if hashlib.sha256(body).hexdigest() != digest:
+        raise CorruptPack("body checksum mismatch")
+    return header, body
+
+
+def decode_pack(data: bytes, identity: str, template: str) -> dict:
+    """key -> Outcome (case entries) or [kind, object] (side records), after every check (CorruptPack
+    otherwise)."""
+    header, body = _split_pack(data, identity, template)
+    try:
+        raw = zlib.decompress(body)
+        newline = raw.index(b"\n")
+        index = json.loads(raw[:newline])["entries"]
+        texts = raw[newline + 1:].decode("utf-8", ENCODING_ERRORS)
+    except (zlib.error, ValueError, KeyError, TypeError) as exc:
+        raise CorruptPack(f"body does not decode: {exc}") from None
+    if type(index) is not dict or len(index) != header.get("entries"):
+        raise CorruptPack("body is not the announced number of entries")
+    entries = {}
+    size = len(texts)
+    for key, item in index.items():
+        if type(item) is not list or not item:
+            raise CorruptPack(f"entry {key[:24]!r}: not a record")
+        kind = item[0]
+        side = key.partition(":")[0] if ":" in key else None
+        if kind in _TEXT_KINDS and side is None:
+            if len(item) != (4 if kind == "raised" else 3):
+                raise CorruptPack(f"entry {key[:24]!r}: malformed {kind} record")
+            start, end = item[1], item[2]
+            if type(start) is not int or type(end) is not int or not 0 <= start <= end <= size:
+                raise CorruptPack(f"entry {key[:24]!r}: text offsets out of range")
+            if kind == "rendered":
+                entries[key] = Rendered(texts[start:end])
+            elif kind == "skipped":
+                entries[key] = Skipped(texts[start:end])
+            elif item[3] in _REFUSALS:
+                entries[key] = Raised(texts[start:end], _REFUSALS[item[3]])
+            else:
+                raise CorruptPack(f"entry {key[:24]!r}: unknown refusal kind")
+        elif kind == side and kind in _SIDE_KINDS and len(item) == 2:
+            entries[key] = item
+        else:
+            raise CorruptPack(f"entry {key[:24]!r}: unknown record kind {str(kind)[:20]!r}")
+    return entries
+
+
+# -- the store --------------------------------------------------------------------------------------------------
+
+@dataclass
+class StoreCounters:
+    hits: int = 0       # cells answered from the store
+    rendered: int = 0   # cells cached_render_many had the runner render (not held, refreshed, or not cacheable)
+    written: int = 0    # outcomes stored
+    corrupt: list = field(default_factory=list)  # paths of packs that failed a check
+
+    def as_dict(self) -> dict:
+        return {"hits": self.hits, "rendered": self.rendered, "written": self.written, "corrupt": len(self.corrupt)}
+
+
+class ResultStore:
+    """Packs of outcomes on disk (module docstring). Safe to share between threads and processes."""
+
+    def __init__(self, root: Optional[Path] = None, max_bytes: Optional[int] = None, verbose: bool = True):
+        self.root = Path(root) if root is not None else results_dir()
+        self.max_bytes = max_bytes if max_bytes is not None else default_max_bytes()
+        self.verbose = verbose
+        self.counters = StoreCounters()
+        self._lock = threading.Lock()
+        self._bytes_written = 0
+        self._distrusted: set = set()  # packs found corrupt, not merged into by the next write
+        self._identities: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+    # keys -------------------------------------------------------------------------------------------------
+    def identity_of(self, runner: Runner) -> Optional[tuple]:
+        """(digest, identity) of a runner, asked once per runner object; None when it is not cacheable."""
+        try:
+            return self._identities[runner]
+        except (KeyError, TypeError):
+            pass
+        try:
+            identity = runner.identity()
+        except Exception as exc:  # a runner that cannot say is rendered, never cached
+            self._say(f"{getattr(runner, 'name', 'runner')}: no identity ({type(exc).__name__}: {exc}); not cached")
+            identity = None
+        found = (identity_digest(identity), identity) if identity is not None else None
+        try:
+            self._identities[runner] = found
+        except TypeError:
+            pass
+        return found
+
+    def _say(self, message: str) -> None:
+        if self.verbose:
+            print(f"chatgold: result store: {message}", file=sys.stderr)
+
+    def pack_path(self, identity: str, template: str) -> Path:
+        return self.root / identity / (template + PACK_SUFFIX)
+
+    # reading ----------------------------------------------------------------------------------------------
+    def read_pack(self, identity: str, template: str) -> dict:
+        """A pack's entries; {} when there is none or it is corrupt (then said once, and counted)."""
+        path = self.pack_path(identity, template)
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+                mtime = os.fstat(handle.fileno()).st_mtime
+        except (FileNotFoundError, NotADirectoryError):
+            return {}
+        except OSError as exc:
+            self._corrupt(path, f"unreadable: {exc}")
+            return {}
+        try:
+            entries = decode_pack(data, identity, template)
+        except CorruptPack as exc:
+            self._corrupt(path, str(exc))
+            return {}
+        if time.time() - mtime > TOUCH_SECONDS:
+            try:
+                os.utime(path)  # a use, for pruning
+            except OSError:
+                pass
+        return entries
+
+    def _corrupt(self, path: Path, why: str) -> None:
+        with self._lock:
+            self._distrusted.add(path)
+            if str(path) in self.counters.corrupt:
+                return
+            self.counters.corrupt.append(str(path))
+        self._say(f"{path}: corrupt ({why}); its cells are rendered again")
+
+    def lookup(self, identity: str, requests: Sequence[RenderRequest], keys: Optional[list] = None) -> list:
+        """Outcome or None (not stored) for every request, reading each template's pack once."""
+        keys = keys if keys is not None else request_keys(requests)
+        packs: dict = {}
+        found: list = []
+        for key in keys:
+            if key is None:
+                found.append(None)
+                continue
+            entries = packs.get(key[0])
+            if entries is None:
+                entries = packs[key[0]] = self.read_pack(identity, key[0])
+            found.append(entries.get(key[1]))  # case keys never name side records (their keys have a prefix)
+        hits = sum(outcome is not None for outcome in found)
+        with self._lock:
+            self.counters.hits += hits
+        return found
+
+    def count_rendered(self, cells: int) -> None:
+        with self._lock:
+            self.counters.rendered += cells
+
+    # writing ----------------------------------------------------------------------------------------------
+    def write(self, identity: tuple, template: str, entries: dict) -> None:
+        """Merge entries (case key -> record) into the template's pack, atomically, under the identity's lock."""
+        if not entries:
+            return
+        digest, described = identity
+        directory = self.root / digest
+        directory.mkdir(parents=True, exist_ok=True)
+        info = directory / IDENTITY_FILE
+        if not info.exists():
+            _atomic_write(info, (json.dumps({"format": FORMAT, "semantics": SEMANTICS_VERSION,
+                                             "identity": described}, indent=1, sort_keys=True) + "\n").encode())
+        with open(directory / LOCK_FILE, "a+b") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            path = self.pack_path(digest, template)
+            merged = {} if path in self._distrusted else {  # nothing of a pack found corrupt is kept
+                key: value if type(value) is list else to_record(value)
+                for key, value in self.read_pack(digest, template).items()}
+            merged.update(entries)
+            data = encode_pack(digest, template, merged)
+            _atomic_write(path, data)
+            self._distrusted.discard(path)
+        with self._lock:
+            self.counters.written += len(entries)
+            self._bytes_written += len(data)
+
+    def record(self, identity: tuple, requests: Sequence[RenderRequest], outcomes: Sequence[Outcome],
+               keys: Optional[list] = None) -> None:
+        """Store the cacheable outcomes of these requests (one pack write per template)."""
+        keys = keys if keys is not None else request_keys(requests)
+        by_template: dict = {}
+        for key, outcome in zip(keys, outcomes):
+            if key is not None and cacheable(outcome):
+                by_template.setdefault(key[0], {})[key[1]] = to_record(outcome)
+        for template, entries in by_template.items():
+            self.write(identity, template, entries)
+
+    # capabilities (an engine's own view of a template, e.g. llama-server's /props) ---------------------------
+    def capabilities(self, identity: tuple, template: str, bos_token, eos_token) -> Optional[dict]:
+        return self.side(identity, template_key(template), capabilities_key(bos_token, eos_token), "capabilities")
+
+    def side(self, identity: tuple, template: str, key: str, kind: str, entries: Optional[dict] = None):
+        """A side record's object (capabilities, attribution), or None when absent or malformed (the pack is
+        then corrupt: said, and rewritten by the next write)."""
+        if entries is None:
+            entries = self.read_pack(identity[0], template)
+        record = entries.get(key)
+        if record is None:
+            return None
+        try:
+            return side_record(record, kind)
+        except CorruptPack as exc:
+            self._corrupt(self.pack_path(identity[0], template), str(exc))
+            return None
+
+    def record_capabilities(self, identity: tuple, template: str, bos_token, eos_token, caps: dict) -> None:
+        self.write(identity, template_key(template), {capabilities_key(bos_token, eos_token): ["capabilities", caps]})
+
+    # housekeeping -----------------------------------------------------------------------------------------
+    def packs(self) -> list:
+        """(path, size, mtime) of every pack."""
+        found = []
+        if not self.root.is_dir():
+            return found
+        for directory in self.root.iterdir():
+            if not directory.is_dir():
+                continue
+            for entry in os.scandir(directory):
+                if entry.name.endswith(PACK_SUFFIX):
+                    try:
+                        stat = entry.stat()
+                    except FileNotFoundError:
+                        continue
+                    found.append((Path(entry.path), stat.st_size, stat.st_mtime))
+        return found
+
+    def stats(self) -> dict:
+        """Per identity: what it is, its packs, cells and bytes, when last used; and the totals."""
+        identities: dict = {}
+        for path, size, mtime in self.packs():
+            row = identities.setdefault(path.parent.name, {"packs": 0, "entries": 0, "bytes": 0, "last_used": 0.0})
+            row["packs"] += 1
+            row["bytes"] += size
+            row["last_used"] = max(row["last_used"], mtime)
+            row["entries"] += _header_entries(path)
+        for digest, row in identities.items():
+            try:
+                row["identity"] = json.loads((self.root / digest / IDENTITY_FILE).read_text(encoding="utf-8"))["identity"]
+            except (OSError, ValueError, KeyError, TypeError):
+                row["identity"] = None
+            row["last_used"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row["last_used"]))
+        total = sum(row["bytes"] for row in identities.values())
+        return {"root": str(self.root), "format": FORMAT, "semantics": SEMANTICS_VERSION, "bytes": total,
+                "max_bytes": self.max_bytes, "packs": sum(r["packs"] for r in identities.values()),
+                "entries": sum(r["entries"] for r in identities.values()), "identities": identities}
+
+    def prune(self, max_bytes: Optional[int] = None) -> dict:
+        """Remove the least recently used packs until the store holds at most max_bytes; then identity folders
+        left without packs."""
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        packs = sorted(self.packs(), key=lambda p: p[2])
+        total = sum(size for _, size, _ in packs)
+        removed = freed = 0
+        for path, size, _ in packs:
+            if total <= limit:
+                break
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            total -= size
+            freed += size
+            removed += 1
+        for directory in (self.root.iterdir() if self.root.is_dir() else ()):
+            if directory.is_dir() and not any(n.endswith(PACK_SUFFIX) for n in os.listdir(directory)):
+                shutil.rmtree(directory, ignore_errors=True)
+        return {"removed_packs": removed, "freed_bytes": freed, "bytes": total, "max_bytes": limit}
+
+    def prune_if_needed(self) -> Optional[dict]:
+        """After this process wrote anything: prune when the store has grown past its bound."""
+        with self._lock:
+            wrote, self._bytes_written = self._bytes_written, 0
+        if not wrote:
+            return None
+        if sum(size for _, size, _ in self.packs()) <= self.max_bytes:
+            return None
+        return self.prune()
+
+    def clear(self) -> int:
+        """Remove every pack and identity folder; returns the number of packs removed."""
+        count = len(self.packs())
+        if self.root.is_dir():
+            for directory in self.root.iterdir():
+                if directory.is_dir():
+                    shutil.rmtree(directory, ignore_errors=True)
+                else:
+                    directory.unlink()
+        return count
+
+
+def _header_entries(path: Path) -> int:
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(4096)
+        end = head.find(b"\n", len(MAGIC))
+        return int(json.loads(head[len(MAGIC):end])["entries"]) if head.startswith(MAGIC) and end > 0 else 0
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+# -- keys of requests, computed once per distinct template and conversation ------------------------------------
+
+class _KeyMemo:
+    """Template and case keys by object identity: every cell of a selection shares its template's source string
+    and its case's Conversation, so each is hashed once however many cells use it."""
+
+    def __init__(self):
+        self._templates: dict = {}
+        self._cases: dict = {}
+        self._lock = threading.Lock()
+
+    def template(self, source: str) -> str:
+        try:
+            return self._templates[source]
+        except KeyError:
+            pass
+        key = template_key(source)
+        with self._lock:
+            if len(self._templates) > 10_000:
+                self._templates.clear()
+            self._templates[source] = key
+        return key
+
+    def case(self, request: RenderRequest) -> str:
+        conversation = request.conversation
+        memo = (id(conversation), request.bos_token, request.eos_token)
+        found = self._cases.get(memo)
+        if found is not None and found[0] is conversation:
+            return found[1]
+        key = case_key(conversation, request.bos_token, request.eos_token)
+        with self._lock:
+            if len(self._cases) > 100_000:
+                self._cases.clear()
+            self._cases[memo] = (conversation, key)
+        return key
+
+
+_KEYS = _KeyMemo()
+
+
+def request_key(request: RenderRequest) -> Optional[tuple]:
+    """(template key, case key), or None for a request whose conversation is not JSON data."""
+    try:
+        return _KEYS.template(request.template), _KEYS.case(request)
+    except (TypeError, ValueError):
+        return None
+
+
+def request_keys(requests: Iterable[RenderRequest]) -> list:
+    return [request_key(request) for request in requests]
+
+
+# -- the one read-before-render path -------------------------------------------------------------------------
+
+def cached_render_many(runner: Runner, requests: Iterable[RenderRequest], store: Optional[ResultStore],
+                       refresh: bool = False) -> Iterator[Outcome]:
+    """runner.render_many(requests), answering from the store first: only the cells it does not hold are
+    rendered (in one render_many call, so the engine still batches them), and their outcomes are stored
+    template by template as they arrive. refresh: read nothing, render every cell, store what comes back.
+    Without a store, or for a runner without an identity, this is runner.render_many(requests)."""
+    requests = list(requests)
+    identity = store.identity_of(runner) if store is not None and requests else None
+    if identity is None:
+        if store is not None:
+            store.count_rendered(len(requests))
+        yield from runner.render_many(requests)
+        return
+    keys = request_keys(requests)
+    found = [None] * len(requests) if refresh else store.lookup(identity[0], requests, keys)
+    misses = [index for index, outcome in enumerate(found) if outcome is None]
+    if not misses:
+        yield from found
+        return
+    store.count_rendered(len(misses))
+    remaining: dict = {}
+    for index in misses:
+        if keys[index] is not None:
+            remaining[keys[index][0]] = remaining.get(keys[index][0], 0) + 1
+    pending: dict = {}
+    rendered = iter(runner.render_many([requests[index] for index in misses]))
+    try:
+        for index, outcome in enumerate(found):
+            if outcome is None:
+                outcome = next(rendered)
+                key = keys[index]
+                if key is not None:
+                    template, case = key
+                    if cacheable(outcome):
+                        pending.setdefault(template, {})[case] = to_record(outcome)
+                    remaining[template] -= 1
+                    if not remaining[template] and template in pending:
+                        store.write(identity, template, pending.pop(template))
+            yield outcome
+    finally:
+        close = getattr(rendered, "close", None)
+        if close is not None:
+            close()
+        for template, entries in pending.items():  # a run cut short keeps what it rendered
+            store.write(identity, template, entries)
+
+
+class CachedRunner(Runner):
+    """A runner whose renders (and engine capability answers) go through the result store first: for code that
+    takes a runner (capability goldens, capability agreement, goldens update with refresh)."""
+
+    def __init__(self, runner: Runner, store: Optional[ResultStore], refresh: bool = False):
+        self.runner = runner
+        self.store = store
+        self.refresh = refresh
+
+    def __getattr__(self, name):
+        if name == "runner":
+            raise AttributeError(name)
+        return getattr(self.runner, name)
+
+    name = property(lambda self: self.runner.name)
+    version = property(lambda self: self.runner.version)
+    language = property(lambda self: self.runner.language)
+    homepage = property(lambda self: self.runner.homepage)
+    cost_hint = property(lambda self: self.runner.cost_hint)
+
+    def render(self, request: RenderRequest) -> Outcome:
+        return next(iter(cached_render_many(self.runner, [request], self.store, self.refresh)))
+
+    def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:
+        return cached_render_many(self.runner, requests, self.store, self.refresh)
+
+    def describe(self) -> dict:
+        return self.runner.describe()
+
+    def identity(self) -> Optional[dict]:
+        return self.runner.identity()
+
+    def close(self) -> None:
+        self.runner.close()
+
+    def reports_capabilities(self) -> bool:
+        return self.runner.reports_capabilities()
+
+    def template_capabilities(self, template: str, bos_token: Optional[str],
+                              eos_token: Optional[str]) -> Optional[dict]:
+        identity = self.store.identity_of(self.runner) if self.store is not None else None
+        if identity is not None and not self.refresh:
+            caps = self.store.capabilities(identity, template, bos_token, eos_token)
+            if caps is not None:
+                return caps
+        caps = self.runner.template_capabilities(template, bos_token, eos_token)
+        # Only an answer is kept: None may be a passing failure to ask.
+        if identity is not None and isinstance(caps, dict):
+            self.store.record_capabilities(identity, template, bos_token, eos_token, caps)
+        return caps
+
+
+# -- attribution (which template line printed a golden's first differing byte) -----------------------------------
+
+@lru_cache(maxsize=1)
+def attribution_identity() -> tuple:
+    """The evaluator's identity (its traced render decides the answer) and the attribution code's digest."""
+    from runners.evaluator.runner import EvaluatorRunner
+
+    code = hashlib.sha256((Path(__file__).parent / "attribution.py").read_bytes()).hexdigest()
+    identity = {"name": "attribution", "evaluator": EvaluatorRunner().identity(), "code": code}
+    return identity_digest(identity), identity
+
+
+def cached_attributions(pending: list, store: ResultStore, attribute) -> None:
+    """attribute(pending) for (CellResult, RenderRequest, Golden) triples, the store answering first: an
+    attribution is a function of the evaluator, the cell, the golden's bytes and the offset. Only answers that
+    name a line are kept (an unavailable one may be a passing failure)."""
+    identity = attribution_identity()
+    keyed, packs, missing = [], {}, []
+    for item in pending:
+        result, request, golden = item
+        template = _KEYS.template(request.template)
+        key = ATTRIBUTION_PREFIX + _sha256(f"{_KEYS.case(request)} {golden.kind} "
+                                           f"{hashlib.sha256(golden.data).hexdigest()} {result.divergence.offset}")
+        entries = packs.get(template)
+        if entries is None:
+            entries = packs[template] = store.read_pack(identity[0], template)
+        answer = store.side(identity, template, key, "attribution", entries)
+        if answer is not None:
+            result.extra["attribution"] = dict(answer)
+        else:
+            missing.append(item)
+            keyed.append((template, key, result))
+    if not missing:
+        return
+    attribute(missing)
+    found: dict = {}
+    for template, key, result in keyed:
+        answer = result.extra.get("attribution")
+        if isinstance(answer, dict) and "line" in answer:
+            found.setdefault(template, {})[key] = ["attribution", answer]
+    for template, entries in found.items():
+        store.write(identity, template, entries)
+
+
+def open_store(enabled: bool = True) -> Optional[ResultStore]:
+    """The default store, or None when caching is off."""
+    return ResultStore() if enabled else None
+
+
+__all__ = ["ResultStore", "CachedRunner", "CorruptPack", "cached_render_many", "open_store", "results_dir",
+           "identity_digest", "template_key", "case_key", "request_key", "cacheable"]
