@@ -2,7 +2,9 @@
 
 The package version is pinned exactly in package.json/package-lock.json beside this file. On first use the
 runner installs it with `npm ci` from those two files into ~/.cache/chatgold/hfjs/<lock hash>/ (a new lock
-gets a new directory); CI pre-installs with `python -m runners.hfjs --install`.
+gets a new directory); CI pre-installs with `python -m runners.hfjs --install`. `hfjs@VERSION` installs that
+npm release instead (`npm install @huggingface/jinja@VERSION`, exact, no scripts) into
+<cache>/npm/huggingface+jinja-VERSION (runners/versions.py) and renders with the same harness.
 """
 from __future__ import annotations
 
@@ -99,12 +101,19 @@ class HFJSRunner(CommandRunner):
     language = "javascript"
     homepage = HOMEPAGE
 
-    def __init__(self, timeout: float = 20.0, workers: int = 1, node: Optional[str] = None, **options):
+    def __init__(self, timeout: float = 20.0, workers: int = 1, node: Optional[str] = None,
+                 version: Optional[str] = None, **options):
         node = node or shutil.which("node")
         if node is None:
             raise RunnerUnavailable("hfjs needs node on PATH (node >= 18)")
-        modules = ensure_installed()
+        if version is None:
+            modules = ensure_installed()
+        else:
+            from ..versions import ensure_npm_package
+
+            modules = str(ensure_npm_package(PACKAGE, version, f"@huggingface/jinja {version}"))
         env = dict(os.environ, TZ="UTC", CHATGOLD_HFJS_NODE_MODULES=modules)
         argv = [node, f"--max-old-space-size={NODE_HEAP_MB}", os.path.join(HERE, "harness.mjs")]
-        super().__init__(argv, name="hfjs", timeout=timeout, workers=workers, env=env, **options)
-        self.version = pinned_version()
+        super().__init__(argv, name="hfjs" if version is None else f"hfjs@{version}", timeout=timeout,
+                         workers=workers, env=env, **options)
+        self.version = version or pinned_version()
