@@ -223,3 +223,29 @@ def checkout_harness(python: Path, module: str) -> tuple[list, dict]:
 
     argv, env = python_harness(module)
     return [str(python), *argv[1:]], env
+
+
+def main(argv: Optional[list] = None) -> int:
+    """`python -m runners.versions SPEC...`: install each NAME@VERSION into the cache now (idempotent)."""
+    import argparse
+
+    from . import get_runner, parse_spec
+
+    parser = argparse.ArgumentParser(prog="python -m runners.versions", description=main.__doc__)
+    parser.add_argument("specs", nargs="+", metavar="NAME@VERSION")
+    args = parser.parse_args(argv)
+    for spec in args.specs:
+        if parse_spec(spec)[1] is None:
+            parser.error(f"{spec}: give NAME@VERSION")
+        try:
+            runner = get_runner(spec)
+        except (RunnerUnavailable, ValueError) as exc:
+            print(f"{spec}: {exc}", file=sys.stderr)
+            return 1
+        runner.close()
+        print(f"{spec}: installed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

