@@ -45,6 +45,10 @@ class TemplateRaised(Exception):
     """raise_exception(...) called by the template."""
 
 
+class EngineRefusal(Exception):
+    """A function or filter fails exactly as the emulated product's engine does (its message, kind render)."""
+
+
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _RESERVED = {"true", "false", "none", "True", "False", "None", "loop", "self"}
 
@@ -110,13 +114,18 @@ def error_text(exc) -> str:
     return causes[-1] if causes else exc.message
 
 
-def raised_by_template(exc) -> Optional[str]:
+def _cause_of_type(exc, kind):
     cause = exc
     while cause is not None:
-        if isinstance(cause, TemplateRaised):
-            return str(cause)
+        if isinstance(cause, kind):
+            return cause
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+def raised_by_template(exc) -> Optional[str]:
+    cause = _cause_of_type(exc, TemplateRaised)
+    return None if cause is None else str(cause)
 
 
 class MiniJinjaRenderer:
@@ -210,9 +219,12 @@ class MiniJinjaRenderer:
             message = raised_by_template(exc)
             if message is not None:
                 return Raised(self.raise_format.format(message=message), RefusalKind.RAISE)
-            return Raised(error_text(exc), RefusalKind.RENDER)
+            refusal = _cause_of_type(exc, EngineRefusal)
+            return Raised(str(refusal) if refusal else error_text(exc), RefusalKind.RENDER)
         except TemplateRaised as exc:
             return Raised(self.raise_format.format(message=exc), RefusalKind.RAISE)
+        except EngineRefusal as exc:
+            return Raised(str(exc), RefusalKind.RENDER)
         return Rendered(self.finish(text, request))
 
 
