@@ -90,6 +90,13 @@ def table(results: dict) -> str:
         lines += ["", f"llama.cpp runner, {llama['templates']} templates x {llama['cases']} cases "
                       f"({llama['workers']} servers at a time): {llama['wall_seconds']} s wall (target 10 s), "
                       f"{llama['renders_per_second']} renders/s, server start {llama['mean_server_start_ms']} ms."]
+    versions = results["benchmarks"].get("bench_versions.py", {}).get("result")
+    if versions:
+        parts = [f"{v['spec']} {v['install_seconds']} s to install, {v['cached']['total_seconds']} s cached re-run"
+                 for v in versions["versions"] if "error" not in v]
+        builds = [f"llama.cpp {b['tag']} {b['build_seconds']} s" for b in versions["llamacpp_builds"]]
+        lines += ["", f"Adding an engine version ({versions['templates']} templates x {versions['cases']} cases): "
+                      + "; ".join(parts) + (". Builds: " + ", ".join(builds) if builds else "") + "."]
     if any(results["benchmarks"].get(name) for name in OPTIONAL):
         lines.append("")
     for name in OPTIONAL:
@@ -128,6 +135,7 @@ def main(argv=None) -> int:
         "bench_gguf.py": ["--files", str(args.gguf_files)],
         "bench_cold_start.py": ["--runners", args.runners],
         "bench_gate.py": ["--set", "llamacpp"],
+        "bench_versions.py": [],
     }
     for name in OPTIONAL:
         if (HERE / name).exists():
