@@ -251,19 +251,22 @@ class BindingRunner(CommandRunner):
     homepage = HOMEPAGE
     module = "runners.minijinja_runner"
     runner_name = "minijinja"
+    # A product runner pins the binding it renders with and names the product's version.
+    binding_version: Optional[str] = None
+    product_version: Optional[str] = None
 
     def __init__(self, timeout: float = 20.0, workers: int = 1, version: Optional[str] = None,
                  binding: Optional[str] = None, name: Optional[str] = None, **options):
         from .versions import checkout_harness
 
-        binding = binding or version
+        binding = binding or version or self.binding_version
         if binding is None:
             argv, env = python_harness(self.module)
         else:
             argv, env = checkout_harness(binding_python(binding), self.module)
         name = name or (f"{self.runner_name}@{version}" if version else self.runner_name)
         super().__init__(argv, name=name, timeout=timeout, workers=workers, env=env, **options)
-        self.version = binding or minijinja_version()
+        self.version = self.product_version or binding or minijinja_version()
 
 
 class MiniJinjaRunner(BindingRunner):

@@ -276,10 +276,8 @@ class MistralRsRunner(BindingRunner):
     homepage = HOMEPAGE
     module = "runners.mistralrs_runner"
     runner_name = "mistralrs"
-
-    def __init__(self, timeout: float = 20.0, workers: int = 1, **options):
-        super().__init__(timeout=timeout, workers=workers, binding=BINDING_VERSION, **options)
-        self.version = PRODUCT_VERSION
+    binding_version = BINDING_VERSION
+    product_version = PRODUCT_VERSION
 
 
 def main() -> None:

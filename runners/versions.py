@@ -72,6 +72,17 @@ def _registry_refusal(output: str) -> Optional[str]:
     return None
 
 
+def _check_install(done, what: str, registry: str, tool: str) -> None:
+    """Raise RunnerUnavailable for a failed pip/npm install, quoting the registry when the version is missing."""
+    if done.returncode == 0:
+        return
+    output = done.stdout + done.stderr
+    refusal = _registry_refusal(output)
+    if refusal:
+        raise RunnerUnavailable(f"{what} cannot be had from {registry}: {refusal}")
+    raise RunnerUnavailable(f"{what}: {tool} install failed (exit code {done.returncode}):\n{_tail(output)}")
+
+
 def _read_marker(directory: Path) -> Optional[dict]:
     try:
         return json.loads((directory / MARKER).read_text(encoding="utf-8"))
@@ -128,12 +139,7 @@ def ensure_venv(key: str, requirements: Sequence[str], what: str, pip_options: S
                                       env=dict(os.environ, **(env or {})))
             except subprocess.TimeoutExpired:
                 raise RunnerUnavailable(f"{what}: pip install did not finish within {timeout:.0f} s") from None
-            if done.returncode != 0:
-                output = done.stdout + done.stderr
-                refusal = _registry_refusal(output)
-                if refusal:
-                    raise RunnerUnavailable(f"{what} cannot be had from PyPI: {refusal}")
-                raise RunnerUnavailable(f"{what}: pip install failed (exit code {done.returncode}):\n{_tail(output)}")
+            _check_install(done, what, "PyPI", "pip")
             listed = subprocess.run([str(python), "-c", "import importlib.metadata as m, json; print(json.dumps("
                                      "{d.metadata['Name'].lower(): d.version for d in m.distributions()}))"],
                                     capture_output=True, text=True)
@@ -195,12 +201,7 @@ def ensure_npm_package(package: str, version: str, what: str, timeout: float = 6
             done = subprocess.run([npm, "install", "--save-exact", "--ignore-scripts", "--no-audit", "--no-fund",
                                    "--loglevel=error", f"{package}@{version}"],
                                   cwd=staging, capture_output=True, text=True, timeout=timeout)
-            if done.returncode != 0:
-                output = done.stdout + done.stderr
-                refusal = _registry_refusal(output)
-                if refusal:
-                    raise RunnerUnavailable(f"{what} cannot be had from npm: {refusal}")
-                raise RunnerUnavailable(f"{what}: npm install failed (exit code {done.returncode}):\n{_tail(output)}")
+            _check_install(done, what, "npm", "npm")
             (staging / MARKER).write_text(json.dumps({"package": package, "version": version,
                                                       "seconds": round(time.monotonic() - started, 1)}) + "\n")
             if target.exists():
