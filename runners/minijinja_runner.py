@@ -266,7 +266,14 @@ class BindingRunner(CommandRunner):
             argv, env = checkout_harness(binding_python(binding), self.module)
         name = name or (f"{self.runner_name}@{version}" if version else self.runner_name)
         super().__init__(argv, name=name, timeout=timeout, workers=workers, env=env, **options)
-        self.version = self.product_version or binding or minijinja_version()
+        self.binding = binding or minijinja_version()
+        self.version = self.product_version or self.binding
+
+    def describe(self) -> dict:
+        info = super().describe()
+        if self.product_version:  # a reproduction: say which engine renders it
+            info["engine"] = f"minijinja (PyPI binding) {self.binding}"
+        return info
 
 
 class MiniJinjaRunner(BindingRunner):
