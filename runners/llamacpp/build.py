@@ -70,6 +70,7 @@ CMAKE_OPTIONS = {
     "LLAMA_BUILD_APP": "OFF",
     "LLAMA_BUILD_UI": "OFF",
     "LLAMA_USE_PREBUILT_UI": "OFF",  # otherwise the configure step downloads a web UI
+    "LLAMA_BUILD_WEBUI": "OFF",      # older builds (the small sdists up to b9660) embed a UI they do not ship
     "LLAMA_BUILD_TOOLS": "ON",
     "LLAMA_BUILD_SERVER": "ON",
     "LLAMA_OPENSSL": "OFF",
