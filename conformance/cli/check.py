@@ -101,6 +101,9 @@ def cmd_expectations_update(args) -> int:
         runner.close()
     selected = None if selection.full else {c.key for c in cells}
     expectations, counts = update_expectations(results.name, results.results, selected, args.expectations)
+    from conformance.judge.status import describe_figure
+
+    print(f"{results.name} {results.info.get('version', '')}: {describe_figure(results.figure())}")
     print(f"{expectations.path}: {counts['total']} known non-matching cells "
           f"({counts['added']} added, {counts['removed']} removed, {counts['changed']} changed) "
           f"from {len(cells)} {'cells (full matrix)' if selection.full else 'selected cells'}")
