@@ -8,7 +8,6 @@ the tokenizer of the real library are what the runner uses. The install lands in
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Optional
 
@@ -59,23 +58,3 @@ def build(force: bool = False, build: Optional[str] = None) -> Path:
 
 def build_info(version: str = PINNED_VERSION) -> Optional[dict]:
     return install_record(venv_key(version))
-
-
-def main(argv: Optional[list] = None) -> int:
-    import argparse
-
-    from ..base import RunnerUnavailable
-
-    parser = argparse.ArgumentParser(prog="python -m runners.llama_cpp_python.build", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", default=PINNED_VERSION)
-    args = parser.parse_args(argv)
-    try:
-        print(ensure_built(args.version))
-    except RunnerUnavailable as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
