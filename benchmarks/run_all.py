@@ -135,6 +135,13 @@ def table(results: dict) -> str:
                          f"{row['causes']} ({row['confirmed']} confirmed) | {row['median_lines']} line(s), "
                          f"{row['median_messages']} message(s) | {row['cold_seconds']} ({row['target_seconds']}) | "
                          f"{row['cached_seconds']} | {row['renders_per_side']} |")
+    versions = results["benchmarks"].get("bench_versions.py", {}).get("result")
+    if versions:
+        parts = [f"{v['spec']} {v['install_seconds']} s to install, {v['cached']['total_seconds']} s cached re-run"
+                 for v in versions["versions"] if "error" not in v]
+        builds = [f"llama.cpp {b['tag']} {b['build_seconds']} s" for b in versions["llamacpp_builds"]]
+        lines += ["", f"Adding an engine version ({versions['templates']} templates x {versions['cases']} cases): "
+                      + "; ".join(parts) + (". Builds: " + ", ".join(builds) if builds else "") + "."]
     if any(results["benchmarks"].get(name) for name in OPTIONAL):
         lines.append("")
     for name in OPTIONAL:
@@ -176,6 +183,7 @@ def main(argv=None) -> int:
         "bench_gguf.py": ["--files", str(args.gguf_files)],
         "bench_cold_start.py": ["--runners", args.runners],
         "bench_explain.py": [],
+        "bench_versions.py": [],
     }
     for gate in args.gate or ["llamacpp:cold,warm,one-change"]:
         gate_set, _, scenarios = gate.partition(":")

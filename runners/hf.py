@@ -6,6 +6,12 @@ nothing else. No download ever happens. `strftime_now` reads a frozen clock set 
 
 The renderer runs inside a harness process (python -m runners.hf) so that a hostile template is bounded in
 time and memory and cannot take the suite down with it.
+
+`hf` is this environment's transformers (the pinned reference, pyproject.toml); `hf@VERSION` installs that
+transformers release from PyPI (with jinja2 3.1.6 and the tokenizers pip resolves for it) into
+<cache>/venvs/transformers-VERSION and runs this module with that interpreter. The renderer adapts to the
+release's API: a release whose apply_chat_template has no `continue_final_message` (before 4.45) Skips such
+cells, and the frozen clock is installed wherever that release defines strftime_now.
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import os
 from functools import lru_cache
 from typing import Optional
 
-from .base import Outcome, Raised, RefusalKind, Rendered, RenderRequest
+from .base import Outcome, Raised, RefusalKind, Rendered, RenderRequest, Skipped
 from .command import CommandRunner
 from .harness import python_harness
 from .vocab import byte_level_alphabet
@@ -81,11 +87,22 @@ class HFRenderer:
     """Renders in this process with the real transformers. Use HFRunner for the bounded, isolated form."""
 
     def __init__(self):
-        import transformers
-        from transformers.utils import chat_template_utils
+        import importlib
+        import inspect
 
-        chat_template_utils.datetime = _FrozenDatetime
+        import transformers
+        from transformers import PreTrainedTokenizerBase
+
+        # strftime_now lives in utils/chat_template_utils.py from 4.4x on, in tokenization_utils_base.py before.
+        for module_name in ("transformers.utils.chat_template_utils", "transformers.tokenization_utils_base"):
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                continue
+            if getattr(module, "datetime", None) is _dt.datetime:
+                module.datetime = _FrozenDatetime
         self.version = transformers.__version__
+        self.parameters = set(inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters)
 
     @staticmethod
     @lru_cache(maxsize=64)
@@ -108,16 +125,19 @@ class HFRenderer:
 
     def render(self, request: RenderRequest) -> Outcome:
         tok = self.tokenizer(request.bos_token, request.eos_token)
+        options = {"tools": request.tools, "documents": request.documents,
+                   "add_generation_prompt": request.add_generation_prompt}
+        if "continue_final_message" in self.parameters:
+            options["continue_final_message"] = request.continue_final_message
+        elif request.continue_final_message:
+            return Skipped(f"transformers {self.version}'s apply_chat_template has no continue_final_message")
         token = _frozen_now.set(parse_now(request.now))
         try:
             text = tok.apply_chat_template(
                 request.messages,
-                tools=request.tools,
-                documents=request.documents,
                 chat_template=request.template,
-                add_generation_prompt=request.add_generation_prompt,
-                continue_final_message=request.continue_final_message,
                 tokenize=False,
+                **options,
                 **dict(request.kwargs),
             )
         except MemoryError:
@@ -188,16 +208,38 @@ class HFRunner(CommandRunner):
     language = "python"
     homepage = "https://github.com/huggingface/transformers"
 
-    def __init__(self, timeout: float = 20.0, workers: int = 1, **options):
-        argv, env = python_harness("runners.hf")
-        super().__init__(argv, name="hf", timeout=timeout, workers=workers,
+    def __init__(self, timeout: float = 20.0, workers: int = 1, version: Optional[str] = None, **options):
+        if version is None:
+            argv, env = python_harness("runners.hf")
+        else:
+            from .versions import checkout_harness
+
+            argv, env = checkout_harness(transformers_python(version), "runners.hf")
+        super().__init__(argv, name="hf" if version is None else f"hf@{version}", timeout=timeout, workers=workers,
                          env=env, **options)
-        self.version = _installed_version("transformers")
+        self.version = version or _installed_version("transformers")
+        self.pinned = version is None
 
     def identity(self) -> dict:
         from .identity import python_runner_identity
 
-        return python_runner_identity("hf", ["hf.py"], REFERENCE_DISTS)
+        if self.pinned:
+            return python_runner_identity("hf", ["hf.py"], REFERENCE_DISTS)
+        # hf@VERSION renders in its own cached environment: the versions it was installed with.
+        return python_runner_identity(self.name, ["hf.py"], transformers=self.version, jinja2=JINJA2_REQUIREMENT)
+
+
+# The jinja2 the reference pins (pyproject.toml): a versioned transformers renders with the same jinja2, so
+# a difference between versions is transformers' own.
+JINJA2_REQUIREMENT = "jinja2==3.1.6"
+
+
+def transformers_python(version: str):
+    """The interpreter of a cached environment holding transformers==version (wheels only)."""
+    from .versions import ensure_venv
+
+    return ensure_venv(f"transformers-{version}", [f"transformers=={version}", JINJA2_REQUIREMENT],
+                       f"transformers {version}", pip_options=["--only-binary", ":all:"])
 
 
 def _installed_version(dist: str) -> str:

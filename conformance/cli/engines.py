@@ -7,6 +7,7 @@ import sys
 # engine name on the command line -> (build function, lookup function), imported lazily
 BUILDABLE = {
     "llama.cpp": ("runners.llamacpp.build", "build_llama_server", "find_llama_server"),
+    "llama-cpp-python": ("runners.llama_cpp_python.build", "build", "find"),
 }
 
 
@@ -19,12 +20,13 @@ def _functions(engine: str):
 
 
 def cmd_engines_build(args) -> int:
+    from runners.base import RunnerUnavailable
     from runners.llamacpp.build import LlamaCppBuildError
 
     build, _ = _functions(args.engine)
     try:
-        path = build(force=args.force)
-    except LlamaCppBuildError as exc:
+        path = build(force=args.force, build=args.version) if args.version else build(force=args.force)
+    except (LlamaCppBuildError, RunnerUnavailable) as exc:
         print(f"chatgold: error: {exc}", file=sys.stderr)
         return 1
     print(path)
@@ -60,7 +62,7 @@ def cmd_engines_list(args) -> int:
 
 
 def register(subparsers) -> None:
-    engines = subparsers.add_parser("engines", help="the runners, and engines built from source (llama.cpp)").add_subparsers(
+    engines = subparsers.add_parser("engines", help="the runners, and engines built from source (llama.cpp, llama-cpp-python)").add_subparsers(
         dest="engines_command", metavar="ENGINES_COMMAND", required=True)
     p = engines.add_parser("list", help="every runner name --runner accepts, with what it is")
     p.add_argument("--json", action="store_true")
@@ -68,6 +70,8 @@ def register(subparsers) -> None:
     p = engines.add_parser("build", help="build an engine into ~/.cache/chatgold (or $CHATGOLD_CACHE) if missing")
     p.add_argument("engine", choices=sorted(BUILDABLE))
     p.add_argument("--force", action="store_true", help="rebuild even when a cached build exists")
+    p.add_argument("--version", metavar="V", help="a version other than the pinned one (llama.cpp: a build "
+                                                  "number such as b10054; llama-cpp-python: a PyPI version)")
     p.set_defaults(func=cmd_engines_build)
     p = engines.add_parser("status", help="where each buildable engine's binary is, if built")
     p.add_argument("--json", action="store_true")

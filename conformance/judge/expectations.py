@@ -289,7 +289,7 @@ DEFAULT_REASONS = {
     "diverged": "renders different bytes from the reference",
     "engine-raised": "the engine refuses a cell the reference renders",
     "engine-rendered": "the engine renders a cell the reference refuses",
-    "raised-differently": "both refuse, with refusals of different kinds or messages",
+    "raised-differently": "both refuse, but with refusals of different kinds or messages",
     "errored": "the runner fails on this cell",
     "timeout": "the runner times out on this cell",
     "skipped": "the runner declines this cell on purpose (see its skip reason)",

@@ -262,6 +262,62 @@ def _capability_agreement(report: dict) -> str:
             '<th>agreement</th><th>unknown</th><th>disagreeing templates</th></tr>' + "".join(rows) + "</table>")
 
 
+def _percent(value) -> str:
+    return "n/a" if value is None else f"{value:.2f}%"
+
+
+def _history_groups(groups: list, limit: int = 8) -> str:
+    if not groups:
+        return "–"
+    items = []
+    for group in groups[:limit]:
+        examples = ", ".join(f'{escape(e["template"])} × {escape(e["case"])}' for e in group["examples"][:3])
+        items.append(f'<li><b>{group["cells"]}</b> cells / {group["templates"]} templates: '
+                     f'<code>{escape(group["cause"])}</code><br><span class="note">e.g. {examples}</span></li>')
+    more = len(groups) - limit
+    return "<ul>" + "".join(items) + (f"<li>… and {more} more causes</li>" if more > 0 else "") + "</ul>"
+
+
+def _history(report) -> str:
+    """The history view (`chatgold history`): conformance per version, then per pair of consecutive versions
+    the causes introduced and fixed, then the templates whose verdict changed across versions."""
+    history = report.get("history")
+    if not history:
+        return ""
+    versions = [row["version"] for row in history["versions"]]
+    rows = []
+    for row, right in zip(history["versions"], history["summary"]["right_per_version"]):
+        fig = row["figure"]
+        rows.append(f'<tr><td class="name">{escape(row["version"])}</td>'
+                    f'<td class="{_colour(fig["conformance"])}">{_percent(fig["conformance"])}</td>'
+                    f'<td>{fig["judged"]}</td><td>{fig["passed"]}</td><td>{right}</td></tr>')
+    changes = []
+    for change in history["changes"]:
+        changes.append(f'<tr><td class="name">{escape(change["from"])} → {escape(change["to"])}</td>'
+                       f'<td>{change["cells_introduced"]}</td><td class="name">{_history_groups(change["introduced"])}</td>'
+                       f'<td>{change["cells_fixed"]}</td><td class="name">{_history_groups(change["fixed"])}</td>'
+                       f'<td>{change["cells_changed"]}</td></tr>')
+    moved = [(t, row) for t, row in history["templates"].items() if len({str(v) for v in row["right"]}) > 1]
+    template_rows = []
+    for template, row in sorted(moved)[:300]:
+        marks = "".join('<td class="c100">✓</td>' if ok else '<td class="cna">–</td>' if ok is None
+                        else '<td class="c0">✗</td>' for ok in row["right"])
+        template_rows.append(f'<tr><td class="name">{escape(template)}</td>{marks}'
+                             f'<td class="name">{escape(row["first_right"] or "never")}</td>'
+                             f'<td class="name">{escape(row["right_since"] or "–")}</td></tr>')
+    head = "".join(f"<th>{escape(v)}</th>" for v in versions)
+    return (f'<h2 id="history">History of {escape(history["engine"])}</h2>'
+            f'<p class="note">causes are {escape(history["cause_kind"])} keys; a template is right at a version when '
+            'every judged cell of it passes.</p>'
+            '<table id="history-versions"><tr><th>version</th><th>conformance</th><th>judged</th><th>passed</th>'
+            '<th>templates right</th></tr>' + "".join(rows) + "</table>"
+            '<table id="history-changes"><tr><th>change</th><th>newly failing</th><th>introduced causes</th>'
+            '<th>fixed</th><th>fixed causes</th><th>failing differently</th></tr>' + "".join(changes) + "</table>"
+            f'<h3>Templates whose verdict changed ({len(moved)})</h3><div class="matrix-wrap">'
+            f'<table id="history-templates"><tr><th>template</th>{head}<th>first right</th><th>right since</th></tr>'
+            + "".join(template_rows) + "</table></div>")
+
+
 def render_html(report) -> str:
     summary_rows = []
     for name, s in report["runners"].items():
@@ -294,6 +350,7 @@ def render_html(report) -> str:
                      if any(s.get("constructs_basis") == "cause" for s in report["runners"].values()) else ""))
         + _capability_agreement(report)
         + templates.html_section(report)
+        + _history(report)
         + "<h2>Cells that are not a pass</h2>"
         + "".join(_drilldown(name, s, report.runner_cells(name)) for name, s in report["runners"].items())
         + "</body></html>\n")

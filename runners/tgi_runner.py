@@ -1,0 +1,196 @@
+"""text-generation-inference's chat route (`/v1/chat/completions`, router v3.x), reproduced on the minijinja binding.
+
+TGI ships as a container and a Rust binary, not as a package that can render a prompt, so every step between
+the OpenAI-style request and the rendered prompt is reproduced here, from TGI's source
+(github.com/huggingface/text-generation-inference):
+- engine: TGI locks minijinja 2.7.0 and minijinja-contrib 2.7.0 (`Cargo.lock` @00ee4fb250adcf9355a5521da775b6d8834f515d,
+  workspace 3.1.1-dev0; `Cargo.toml` asks for minijinja's `json` feature and contrib's `pycompat`). The PyPI
+  binding 2.7.0 has no switch for contrib's unknown-method callback (it arrived in binding 2.9.0), so the runner
+  renders with binding **2.9.0**, the nearest release that has it: the 2.7 -> 2.9 engine changes are the
+  known approximation.
+- environment (`router/src/infer/chat_template.rs` @0275c52cbdfb3ce619d9cf7323e5acc41027bbe7 and
+  @058162685f0531edb4c566151eb68c490ebe8267): `Environment::new()`, i.e. no trim_blocks, no lstrip_blocks,
+  lenient undefined; `set_unknown_method_callback(pycompat::unknown_method_callback)`;
+  `raise_exception(text)` failing as a syntax error ("syntax error: text"); the template compiled once at
+  start-up (a template that does not compile stops the server: every cell is that compile refusal). The
+  binding's extra features are refused as TGI's build refuses them: `{% break %}`/`{% continue %}` (no
+  loop_controls) and `urlencode`.
+- v3.x additions (TGI PR #3204 and the Qwen3/Gemma 3 fixes, read from excerpts of chat_template.rs, not at a
+  tagged commit): `strftime_now(fmt)` (chrono, local time; here the case's frozen clock in UTC); literal
+  source rewrites before compiling: `messages[0]['content'][0]['text']` -> `messages[0]['content']`,
+  `[::-1]` -> `|reverse`, and exactly `{% generation %}` / `{% endgeneration %}` removed (a
+  whitespace-controlled `{%- generation -%}` is not matched, so it stays an unknown statement).
+- variables (`ChatTemplateInputs`): messages, bos_token, eos_token (`none` when the model has none),
+  add_generation_prompt always true, tools (`none` without tools).
+- messages (`router/src/lib.rs`, `impl From<Message> for TextMessage`): content parts joined with "" (text
+  verbatim, image_url as `![](url)`); `name` dropped; an assistant message carrying tool_calls and no content
+  gets `content` = the tool calls serialised compactly as {id, type, function: {description, name,
+  arguments}}; a message with neither content nor tool calls is rejected (the request does not deserialise).
+- tools (`chat_template.rs` `apply` and `router/src/infer/tool_grammar.rs` @f213012b08346a3bfc56d96cc2b53bd67ba340d8):
+  a `no_tool` function is appended; the tools reach the template as {type, function: {description, name,
+  arguments}} (the schema under `arguments`); the tool prompt (TGI's default) is appended to the last message,
+  after "\n---\n" and, when the template does not use `tools`, after the tools' JSON as well.
+- v3.x "continue final message": when the last message is the assistant's, the rendered prompt is cut right
+  after the last occurrence of its content and trailing whitespace removed.
+
+What TGI's request cannot carry is Skipped, never faked: `add_generation_prompt: false`, documents, and template
+kwargs (TGI has no chat_template_kwargs). Known uncertainties, not checkable without a TGI binary: whether an
+empty `tools` list injects the tool prompt (treated as no tools), whether `tool_call_id` reaches the
+template (passed when the request has it), and whether JSON maps keep their order (kept).
+"""
+from __future__ import annotations
+
+import json
+
+from .base import Raised, RefusalKind, RenderRequest, Skipped
+from .minijinja_runner import (
+    BindingRunner,
+    EngineRefusal,
+    MiniJinjaRenderer,
+    serve_renderer,
+)
+from .mistralrs_runner import loop_control_refusal, no_urlencode
+
+PRODUCT_VERSION = "3.x"
+BINDING_VERSION = "2.9.0"
+HOMEPAGE = "https://github.com/huggingface/text-generation-inference"
+SOURCE = ("router/src/infer/chat_template.rs @0275c52cbdfb3ce619d9cf7323e5acc41027bbe7, "
+          "router/src/infer/tool_grammar.rs @f213012b08346a3bfc56d96cc2b53bd67ba340d8, Cargo.lock @00ee4fb250ad")
+DEFAULT_TOOL_PROMPT = ("\nGiven the functions available, please respond with a JSON for a function call with its "
+                       "proper arguments that best answers the given prompt. Respond in the format {name: function "
+                       "name, parameters: dictionary of argument name and its value}.Do not use variables.\n")
+NO_TOOL = {"type": "function", "function": {
+    "description": "Open ened response with no specific tool selected", "name": "no_tool",
+    "arguments": {"type": "object", "properties": {"content": {"type": "string", "description": "The response content"}},
+                  "required": ["content"]}}}
+REWRITES = (("messages[0]['content'][0]['text']", "messages[0]['content']"), ("[::-1]", "|reverse"),
+            ("{% generation %}", ""), ("{% endgeneration %}", ""))
+
+
+class RequestRejected(EngineRefusal):
+    """TGI answers the request with an error before any template runs."""
+
+
+def compact(value) -> str:
+    """serde_json::to_string: no spaces, non-ASCII as is."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def tgi_tool(tool: dict) -> dict:
+    function = tool.get("function", {})
+    return {"type": tool.get("type", "function"),
+            "function": {"description": function.get("description"), "name": function.get("name"),
+                         "arguments": function.get("parameters", function.get("arguments"))}}
+
+
+def tgi_tool_call(call: dict) -> dict:
+    function = call.get("function", {})
+    return {"id": call.get("id", ""), "type": call.get("type", "function"),
+            "function": {"description": function.get("description"), "name": function.get("name"),
+                         "arguments": function.get("arguments")}}
+
+
+def text_message(message: dict) -> dict:
+    """TGI's TextMessage for one request message."""
+    content = message.get("content")
+    if content is None:
+        calls = message.get("tool_calls")
+        if not calls:
+            raise RequestRejected("Failed to deserialize the JSON body into the target type: messages: data did not "
+                                  "match any variant of untagged enum MessageBody")
+        text = compact([tgi_tool_call(c) for c in calls])
+    elif isinstance(content, list):
+        pieces = []
+        for part in content:
+            if part.get("type") == "image_url":
+                pieces.append(f"![]({part.get('image_url', {}).get('url', '')})")
+            elif part.get("type") == "text":
+                pieces.append(str(part.get("text", "")))
+            else:
+                raise RequestRejected(f"Failed to deserialize the JSON body into the target type: messages: unknown "
+                                      f"variant `{part.get('type')}`, expected `text` or `image_url`")
+        text = "".join(pieces)
+    else:
+        text = str(content)
+    out = {"role": message.get("role"), "content": text}
+    if message.get("tool_call_id") is not None:
+        out["tool_call_id"] = message["tool_call_id"]
+    return out
+
+
+class TGIRenderer(MiniJinjaRenderer):
+    name = "tgi"
+    homepage = HOMEPAGE
+    raise_format = "syntax error: {message}"
+
+    def environment_options(self) -> dict:
+        options = super().environment_options()
+        options.update(trim_blocks=False, lstrip_blocks=False, filters={"urlencode": no_urlencode})
+        return options
+
+    def info(self) -> dict:
+        return dict(super().info(), version=PRODUCT_VERSION, engine=f"minijinja {self.version}", source=SOURCE)
+
+    def _uses_tools(self, source: str) -> bool:
+        finder = getattr(self.env, "undeclared_variables_in_str", None)
+        if finder is None:
+            return "tools" in source
+        try:
+            return "tools" in finder(source)
+        except Exception:  # the compile refusal is reported by render
+            return "tools" in source
+
+    def prepare(self, request: RenderRequest):
+        if not request.add_generation_prompt:
+            return Skipped("TGI's chat route always renders with add_generation_prompt=true")
+        if request.documents is not None:
+            return Skipped("TGI's chat route has no documents")
+        if request.kwargs:
+            return Skipped(f"TGI's chat route cannot pass template variables {', '.join(sorted(request.kwargs))}")
+        source = request.template
+        for old, new in REWRITES:
+            source = source.replace(old, new)
+        try:
+            messages = [text_message(m) for m in request.messages]
+        except RequestRejected as exc:
+            return Raised(str(exc), RefusalKind.RENDER)
+        tools = None
+        if request.tools:
+            tools = [tgi_tool(t) for t in request.tools] + [NO_TOOL]
+            chunk = ("\n---\n" + DEFAULT_TOOL_PROMPT if self._uses_tools(source)
+                     else "\n---\n" + compact(tools) + "\n" + DEFAULT_TOOL_PROMPT)
+            if messages:
+                messages[-1]["content"] += chunk
+        context = {"messages": messages, "bos_token": request.bos_token, "eos_token": request.eos_token,
+                   "add_generation_prompt": True, "tools": tools}
+        return source, context
+
+    def compile_refusal(self, source: str):
+        return loop_control_refusal(source)
+
+    def finish(self, text: str, request: RenderRequest) -> str:
+        last = request.messages[-1] if request.messages else None
+        if last and last.get("role") == "assistant":
+            content = text_message(last)["content"]
+            at = text.rfind(content)
+            if at != -1:
+                return text[:at + len(content)].rstrip()
+        return text
+
+
+class TGIRunner(BindingRunner):
+    """TGI v3.x's chat-template stage, reproduced on the minijinja 2.9.0 binding in a harness process."""
+
+    homepage = HOMEPAGE
+    module = "runners.tgi_runner"
+    runner_name = "tgi"
+    binding_version = BINDING_VERSION
+    product_version = PRODUCT_VERSION
+
+
+def main() -> None:
+    serve_renderer(TGIRenderer())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The product runners (tgi, mistralrs, llama-cpp-python): what each product does to a request, pinned.
+
+Each expectation below comes from the product's source or from the real package (see the runners' docstrings);
+the mistralrs reproduction is also checked cell by cell against the real wheel (tests/test_mistralrs.py)."""
+from __future__ import annotations
+
+import pytest
+
+from runners import RenderRequest, get_runner
+from runners.base import Raised, RefusalKind, Rendered, Skipped
+
+USER = [{"role": "user", "content": "hi"}]
+TOOLS = [{"type": "function", "function": {"name": "f", "description": "d",
+                                           "parameters": {"type": "object", "properties": {"x": {"type": "number"}}}}}]
+
+
+def _render(runner, template, messages=USER, **fields):
+    fields.setdefault("add_generation_prompt", True)
+    return runner.render(RenderRequest.make(template, messages, **fields))
+
+
+@pytest.fixture(scope="module")
+def tgi():
+    with get_runner("tgi") as runner:
+        yield runner
+
+
+@pytest.fixture(scope="module")
+def mistralrs():
+    with get_runner("mistralrs") as runner:
+        yield runner
+
+
+def test_tgi_environment_and_request_shape(tgi):
+    # Environment::new(): no trim_blocks, so the newline after a block tag stays
+    assert _render(tgi, "{% if true %}\nx{% endif %}") == Rendered("\nx")
+    assert _render(tgi, "{{ raise_exception('boom') }}") == Raised("syntax error: boom", RefusalKind.RAISE)
+    # content parts joined with "", image parts as markdown images; name dropped
+    parts = [{"role": "user", "name": "bob", "content": [{"type": "text", "text": "a"},
+                                                          {"type": "image_url", "image_url": {"url": "u"}}]}]
+    assert _render(tgi, "{{ messages[0].content }}|{{ messages[0].name is defined }}", parts) == \
+        Rendered("a![](u)|false")
+    # add_generation_prompt is always true on the chat route: a case asking for false cannot be expressed
+    assert isinstance(_render(tgi, "x", add_generation_prompt=False), Skipped)
+    assert isinstance(_render(tgi, "x", kwargs={"enable_thinking": False}), Skipped)
+
+
+def test_tgi_tools_get_no_tool_and_the_tool_prompt(tgi):
+    out = _render(tgi, "{% for t in tools %}{{ t.function.name }}:{{ t.function.arguments.type }};{% endfor %}"
+                       "{{ messages[-1].content }}", tools=TOOLS)
+    assert out.text.startswith("f:object;no_tool:object;hi\n---\n\nGiven the functions available")
+    # a template that never reads `tools` gets them as JSON in the last message instead
+    out = _render(tgi, "{{ messages[-1].content }}", tools=TOOLS)
+    assert out.text.startswith('hi\n---\n[{"type":"function","function":{"description":"d","name":"f","arguments"')
+
+
+def test_tgi_rewrites_and_missing_features(tgi):
+    assert _render(tgi, "{{ [1, 2][::-1] }}") == Rendered("[2, 1]")
+    assert _render(tgi, "{% generation %}g{% endgeneration %}") == Rendered("g")
+    # only the exact spelling is rewritten
+    spaced = _render(tgi, "{%- generation -%}g{%- endgeneration -%}")
+    assert isinstance(spaced, Raised) and spaced.refusal == RefusalKind.COMPILE
+    broken = _render(tgi, "{% for x in [1] %}{% break %}{% endfor %}")
+    assert broken == Raised("syntax error: unknown statement break (in chat_template:1)", RefusalKind.COMPILE)
+    # the continue-final-message cut after the last assistant content
+    chat = USER + [{"role": "assistant", "content": "sure"}]
+    assert _render(tgi, "{% for m in messages %}{{ m.content }}<end>\n{% endfor %}", chat) == Rendered("hi<end>\nsure")
+
+
+def test_mistralrs_environment_and_request_shape(mistralrs):
+    assert _render(mistralrs, "{% if true %}\nx{% endif %}") == Rendered("x")  # trim_blocks
+    assert _render(mistralrs, "{{ raise_exception('boom') }}") == Raised("invalid operation: boom", RefusalKind.RAISE)
+    assert _render(mistralrs, "{{ {'b': 1.5e300, 'a': '<x>', 'c': 0.0}|tojson }}") == \
+        Rendered('{"b": 1.5e+300, "a": "<x>", "c": 0.0}')
+    assert _render(mistralrs, "{{ tools is defined }}|{{ enable_thinking }}|{{ date_string }}",
+                   now="2031-02-03T04:05:06Z") == Rendered("false|true|03, February, 2031")
+    assert _render(mistralrs, "{{ tools is defined }}", tools=[]) == Rendered("false")
+    assert _render(mistralrs, "{{ [1, 2, 3][::-1] }}") == Rendered("[3, 2, 1]")
+    two = [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    assert _render(mistralrs, "{{ messages[0].content[0].text }}", two) == Rendered("a b")
+    refused = _render(mistralrs, "x", [{"role": "assistant", "content": None, "tool_calls": []}])
+    assert isinstance(refused, Raised) and "failed to convert" in refused.message
+    assert isinstance(_render(mistralrs, "{{ 'a b'|urlencode }}"), Raised)
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_python():
+    from runners.llama_cpp_python import build
+
+    if build.find() is None:
+        pytest.fail("llama-cpp-python is not built: run scripts/setup.sh (tests never build or download)")
+    with get_runner("llama-cpp-python") as runner:
+        yield runner
+
+
+def test_llama_cpp_python_is_the_real_formatter(llama_cpp_python):
+    runner = llama_cpp_python
+    assert _render(runner, "{% for m in messages %}{{ m.content|tojson }}{% endfor %}",
+                   [{"role": "user", "content": "é <b>"}]) == Rendered('"é <b>"')
+    assert _render(runner, "{{ bos_token }}|{{ eos_token }}|{{ tools }}", bos_token="<s>", eos_token="</s>") == \
+        Rendered("<s>|</s>|None")
+    raised = _render(runner, "{{ raise_exception('boom') }}", bos_token="<s>", eos_token="</s>")
+    assert raised == Raised("ValueError: boom", RefusalKind.RAISE)
+    broken = _render(runner, "{% for %}", bos_token="<s>", eos_token="</s>")
+    assert isinstance(broken, Raised) and broken.refusal == RefusalKind.COMPILE
+    assert _render(runner, "{{ strftime_now('%Y-%m-%d') }}", now="2031-02-03T04:05:06Z") == Rendered("2031-02-03")
+    assert isinstance(_render(runner, "x", add_generation_prompt=False), Skipped)
+    assert runner.describe()["version"] == "0.3.36"
