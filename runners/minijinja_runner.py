@@ -325,7 +325,9 @@ class BindingRunner(CommandRunner):
 
         # This checkout's renderer module (and what it imports), the binding's exact release, the product.
         files = {self.module.rsplit(".", 1)[-1] + ".py", "minijinja_runner.py", "hf.py"}
-        return python_runner_identity(self.name, sorted(files), binding=self.binding, product=self.product_version)
+        identity = python_runner_identity(self.name, sorted(files), product=self.product_version)
+        identity["packages"] = {"minijinja": self.binding}  # the binding the harness's interpreter holds
+        return identity
 
     def describe(self) -> dict:
         info = super().describe()
