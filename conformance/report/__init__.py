@@ -200,6 +200,11 @@ def _merge_agreement(sections: list) -> Optional[dict]:
             room = 20 - len(into["disagreements"])
             into["disagreements"].extend(row.get("disagreements", [])[:max(room, 0)])
     merged["capabilities"] = dict(sorted(merged["capabilities"].items()))
+    notes = [s["autoparser"] for s in sections if s.get("autoparser")]
+    if notes:
+        merged["autoparser"] = {key: sum(n.get(key, 0) for n in notes)
+                                for key in ("analysed", "specialized", "unavailable")}
+        merged["autoparser"]["not_logged"] = notes[0].get("not_logged", [])
     return merged
 
 

@@ -85,7 +85,11 @@ class ServerStartFailure(ServerFailure):
         self.template_refused = template_refused
 
 
-def server_argv(binary: Path, model: Path) -> list:
+# llama.cpp's template analysis is logged at debug level only; as JSON lines its multi-line values stay whole.
+ANALYSIS_LOG_ARGS = ("-lv", "5", "--log-jsonl")
+
+
+def server_argv(binary: Path, model: Path, log_analysis: bool = False) -> list:
     return [
         str(binary), "-m", str(model),
         "--jinja",                      # the template from the file, no --chat-template-file
@@ -94,6 +98,7 @@ def server_argv(binary: Path, model: Path) -> list:
         "-t", "1", "-tb", "1", "--threads-http", "2",
         "--no-warmup", "--no-webui", "--offline", "-fit", "off",
         "--no-prefill-assistant",       # else a chat ending with an assistant message is left open
+        *(ANALYSIS_LOG_ARGS if log_analysis else ()),
     ]
 
 
@@ -108,7 +113,7 @@ def _clean_env(extra: dict) -> dict:
 
 class LlamaServer:
     def __init__(self, binary: Path, model: Path, libfaketime: Optional[Path], start_timeout: float = 60.0,
-                 memory_limit: int = 4 << 30):
+                 memory_limit: int = 4 << 30, log_analysis: bool = False):
         self.model = model
         self._workdir = tempfile.TemporaryDirectory(prefix="chatgold-llama-")
         self.stamp_file = Path(self._workdir.name) / "faketime"
@@ -124,7 +129,7 @@ class LlamaServer:
         self._log = open(self.log_path, "wb")
         try:
             self.proc = subprocess.Popen(
-                server_argv(binary, model), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                server_argv(binary, model, log_analysis), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
                 env=_clean_env(extra), cwd=self._workdir.name, start_new_session=True)
         except OSError as exc:
             self._log.close()
@@ -175,6 +180,13 @@ class LlamaServer:
         """The most telling error of a failed start: the first about the template, else the last error."""
         records: list = []  # log records; an error's details continue on lines without the record prefix
         for line in log.decode("utf-8", "replace").splitlines():
+            if line.startswith("{"):  # --log-jsonl: one record per line
+                try:
+                    record = json.loads(line)
+                    records.append([str(record.get("level", "")).upper()[:1], str(record.get("msg", "")).strip()])
+                    continue
+                except ValueError:
+                    pass
             match = LOG_RECORD.match(line)
             if match:
                 records.append([match.group(1), line[match.end():].strip()])
