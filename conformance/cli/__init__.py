@@ -15,7 +15,8 @@ from conformance.cli.common import (
 )
 
 # Subjects, in the order `chatgold --help` lists them; each module sets func=callable(args) -> exit code.
-SUBJECTS = ("corpus", "cases", "render", "goldens", "check", "capabilities", "service", "harness", "engines")
+SUBJECTS = ("corpus", "cases", "render", "goldens", "check", "capabilities", "properties", "lint", "service", "harness",
+            "engines")
 
 
 def build_parser() -> argparse.ArgumentParser:
