@@ -86,6 +86,16 @@ ANALYSIS_FIELDS: dict[str, Callable[[dict], object]] = {
     "parameter_order": lambda c: ", ".join(_json_field("parameter_order")(c) or []) or None,
 }
 JSON_ONLY = ("name_field", "args_field", "id_field", "parameter_order")
+_TOOL_PROBES = ("call_object",)
+# The probes each field is read from: when they all raised (a template that refuses an assistant message
+# whose eos_token is unknown), our record has no answer for that field: unknown, not a disagreement.
+NEEDS: dict[str, tuple] = {
+    "user_msg_start": ("user_assistant_user",), "assistant_msg_start": ("user_assistant",),
+    "reasoning_mode": ("reasoning_content_tools", "reasoning_call", "reasoning_last", "thinking_on_gp"),
+    "reasoning_start": ("reasoning_last", "thinking_on_gp", "think_in_content_past"),
+    "reasoning_end": ("reasoning_last", "thinking_on_gp", "think_in_content_past"),
+    "content_mode": ("content_tools",), "content_start": ("content_tools",), "content_end": ("content_tools",),
+}
 # Fields of our record llama.cpp b11434 has too but never logs: listed as rows, every template unknown.
 NOT_LOGGED_FIELDS = {"arguments_separator": "tools.argument_markers.separator",
                      "function_field": "tools.json.function_field", "fun_name_is_key": "tools.json.name_is_key",
@@ -126,7 +136,8 @@ def analysis_agreement(templates: list, runner, golden: dict, tally: Callable) -
             ours = our_field(name, caps) if caps else None
             theirs = engine_field(name, fields.get(name)) if fields else None
             # JSON field names: not applicable (unknown) without a JSON call object to name fields of
-            applicable = caps is not None and (name not in JSON_ONLY or caps["tools"]["format"] == "json-native")
+            applicable = caps is not None and (name not in JSON_ONLY or caps["tools"]["format"] == "json-native") \
+                and not set(NEEDS.get(name, _TOOL_PROBES)) <= set(caps.get("probes_raised", []))
             tally(ANALYSIS_PREFIX + name, entry.id, ours, theirs, known=fields is not None and applicable)
         for name in NOT_LOGGED_FIELDS:
             tally(ANALYSIS_PREFIX + name, entry.id, None, None, known=False)

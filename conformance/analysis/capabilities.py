@@ -210,6 +210,24 @@ def _last_tag(text: str) -> Optional[str]:
     return found[-1] if found else None
 
 
+_REASONING_WORD = re.compile(r"think|reason|thought", re.IGNORECASE)
+
+
+def _switch_markers(mid: str) -> tuple[Optional[str], Optional[str]]:
+    """(start, end) of the reasoning block an enable_thinking switch adds: the first and last tags named for
+    reasoning (`<think>`, `[THINK]`, `<seed:think>`), a lone one as the start (Ling's forced-open `<think>`),
+    or two tags of any name when they are all the block has."""
+    tags = re.findall(r"<[^<>]*>|\[[^\[\]]*\]", mid)
+    named = [tag for tag in tags if _REASONING_WORD.search(tag)]
+    if len(named) >= 2 and named[0] != named[-1]:
+        return named[0], named[-1]
+    if len(named) == 1:
+        return named[0], None
+    if len(tags) == 2 and tags[0] != tags[1]:
+        return tags[0], tags[1]
+    return None, None
+
+
 def _json_span(text: str, must_contain: str) -> Optional[tuple[int, int]]:
     """The earliest JSON object/array in text whose source contains must_contain: (start, end)."""
     decoder = json.JSONDecoder()
@@ -407,10 +425,11 @@ def reasoning(user_assistant: Outcome, last: Outcome, past: Outcome, think_in_co
     if thinking["effect"] == "changes":
         _, on_mid, off_mid, _ = diff_middle(on_text, off_text)
         thinking["when_true"], thinking["when_false"] = on_mid, off_mid
-        # markers from an empty think block the switch adds, if R1 found none
+        # markers from an empty think block the switch adds, if R1 found none: its reasoning tags (the switch
+        # may change a system prompt too, SmolLM3's "/no_think", whose turn tags are no reasoning markers)
         for mid in (off_mid, on_mid):
-            if start is None and _first_tag(mid) and _last_tag(mid) != _first_tag(mid):
-                start, end = _first_tag(mid), _last_tag(mid)
+            if start is None:
+                start, end = _switch_markers(mid)
     if _text(on) is not None and _text(off) is not None:
         thinking["changes_prompt_without_generation"] = _text(on) != _text(off)
     result["enable_thinking"] = thinking
@@ -440,7 +459,6 @@ def reasoning(user_assistant: Outcome, last: Outcome, past: Outcome, think_in_co
 
 _TAG_RUN = re.compile(r"^(?:\s*(?:<[^<>]*>|\[[^\[\]]*\]))+")
 _TAG_RUN_END = re.compile(r"(?:(?:<[^<>]*>|\[[^\[\]]*\])\s*)+$")
-_REASONING_WORD = re.compile(r"think|reason|thought", re.IGNORECASE)
 
 
 def _clean(text: Optional[str]) -> Optional[str]:
@@ -902,6 +920,8 @@ def analyze(outcomes: dict) -> dict:
     caps["turns"] = turn_starts(o["user"], o["user_assistant"], o["user_assistant_user"], eot, caps["content"]["start"])
     caps["tools"].update(tool_anatomy(o, {**call, "section": section}, eot, caps["reasoning"]))
     caps["preserved_tokens"] = preserved_tokens(caps)
+    # the differentials that could not run: a field read from them is unknown, not an answer
+    caps["probes_raised"] = sorted(name for name, outcome in o.items() if isinstance(outcome, Raised))
     return caps
 
 
