@@ -73,3 +73,23 @@ def test_corpus_list_shows_property_results(capsys):
     assert main(["corpus", "list", "--template", "qwen-qwen3-0.6b", "--json"]) == 0
     row = json.loads(capsys.readouterr().out)[0]
     assert row["properties"]["prefix-stability"]["exceptions"] == ["reasoning-dropped"]
+
+
+def test_shard_merge_adds_the_properties_up(tmp_path):
+    """Two shards of one selection: the merged properties section counts both shards' templates."""
+    from conformance.report import merge_reports
+
+    paths = []
+    for index, template in enumerate(TEMPLATES):
+        path = tmp_path / f"shard{index}.json"
+        main(["check", "--runner", "hf", "--workers", "1", "--template", template, "--case", "chat-single-user",
+              "--json", str(path)])
+        paths.append(path)
+    merged = merge_reports([load_report(p) for p in paths])
+    check_report(merged)
+    assert merged["properties"]["templates"] == len(TEMPLATES)
+    for name in PROPERTY_IDS:
+        row = merged["properties"]["properties"][name]
+        assert row["templates"] == len(TEMPLATES)
+        assert row["violation"] + row["exception"] + row["pass"] + row["not-applicable"] == len(TEMPLATES)
+    assert merged["audit"]["pairs"] == load_report(paths[0])["audit"]["pairs"]

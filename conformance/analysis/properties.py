@@ -26,11 +26,13 @@ the template a failure: no record is written and the old one is kept.
 """
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 import difflib
 import json
 import re
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -166,7 +168,7 @@ def input_spans(text: str, strings: Iterable[str]) -> list[tuple[int, int]]:
     for value in strings:
         if len(value) < 2:
             continue
-        for form in {value, json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value)[1:-1]}:
+        for form in _forms(value):
             start = text.find(form)
             while start >= 0:
                 spans.append((start, start + len(form)))
@@ -181,13 +183,16 @@ def input_spans(text: str, strings: Iterable[str]) -> list[tuple[int, int]]:
     return [tuple(span) for span in merged]
 
 
+@lru_cache(maxsize=4096)
+def _forms(value: str) -> frozenset:
+    """A string as a render may show it: as is, JSON-escaped, JSON-escaped to ASCII."""
+    return frozenset((value, json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value)[1:-1]))
+
+
 def _inside(spans: list, start: int, end: int) -> bool:
-    for span_start, span_end in spans:
-        if span_start <= start and end <= span_end:
-            return True
-        if span_start > start:
-            break
-    return False
+    """Whether [start, end) lies within one of the merged, sorted spans."""
+    at = bisect.bisect_right(spans, (start, float("inf"))) - 1
+    return at >= 0 and spans[at][1] >= end
 
 
 def case_size(case) -> tuple:
@@ -297,8 +302,12 @@ def _reasoning_dropped(history: str, later: str, conversation) -> bool:
         stripped = stripped.replace(value, "")
     strings = [text.strip() for _, text in faithfulness_items(conversation) if text.strip() not in reasoning]
     history_spans, later_spans = input_spans(stripped, strings), input_spans(later, strings)
-    matcher = difflib.SequenceMatcher(None, stripped, later, autojunk=False)
+    # the shared start needs no diff; the later prompt is cut to about what can align with the rest
+    p = first_difference(stripped, later)
+    rest = len(stripped) - p
+    matcher = difflib.SequenceMatcher(None, stripped[p:], later[p:p + 2 * rest + 200], autojunk=False)
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        i1, i2, j1, j2 = i1 + p, i2 + p, j1 + p, j2 + p
         if tag == "equal" or i1 >= len(stripped):
             continue
         if _overlaps(history_spans, i1, i2) or (i2 < len(stripped) and _overlaps(later_spans, j1, j2)):
@@ -617,6 +626,7 @@ _REPR = re.compile(r"\{'[^'\n]{0,80}'\s*:|\['[^'\n]{0,80}'(?:, '|\])|\b(?:None|T
 _ESCAPE = re.compile(r"\\u00(?:3[cCeE]|26|27)|&(?:lt|gt|amp|quot|#39|#34|#x27);")
 
 
+@lru_cache(maxsize=16)
 def template_literals(template: str, kinds: tuple = ("data", "string")) -> str:
     """The text a template can print verbatim: its data and its string literals, unescaped (Jinja's own lexer),
     one per line."""
@@ -733,10 +743,12 @@ def time_invariance(template: str, cases: list, out: dict) -> _Property:
     for case, a, b in _differing(prop, cases, out, "clock"):
         later = shifted_now(case.conversation.now)
         if isinstance(a, Rendered) and isinstance(b, Rendered):
-            left, right = _TOKEN.findall(a.text), _TOKEN.findall(b.text)
+            at = first_difference(a.text, b.text)
+            # only the stretch between the common prefix and suffix is diffed, token by token
+            end = first_difference(a.text[at:][::-1], b.text[at:][::-1])
+            left, right = _TOKEN.findall(a.text[at:len(a.text) - end]), _TOKEN.findall(b.text[at:len(b.text) - end])
             matcher = difflib.SequenceMatcher(None, left, right, autojunk=False)
             changes = [(left[i1:i2], right[j1:j2]) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
-            at = first_difference(a.text, b.text)
             evidence = {"offset": at, "now": case.conversation.now, "moved_to": later,
                         "text": snippet(a.text, at), "moved_text": snippet(b.text, at)}
             if reads_clock and all(_date_like(x) and _date_like(y) for x, y in changes):
@@ -855,9 +867,11 @@ def faithfulness_items(conversation) -> list[tuple[str, str]]:
     kwargs = _strings(dict(conversation.kwargs))
     items = []
     for index, (own, _) in enumerate(owners):
-        others = [s for other, (_, strings) in enumerate(owners) if other != index for s in strings] + kwargs
+        # one string to search: the other owners' strings, apart so no match spans two of them
+        others = "\x00".join([s for other, (_, strings) in enumerate(owners) if other != index for s in strings]
+                              + kwargs)
         for kind, text in own:
-            if len(text.strip()) >= 2 and not any(text.strip() in other for other in others):
+            if len(text.strip()) >= 2 and text.strip() not in others:
                 items.append((kind, text))
     return items
 
@@ -868,8 +882,7 @@ def present(text: str, rendered: str) -> bool:
     value = text.strip()
     if re.fullmatch(r"\w+", value):  # a name (`location`, `pi`): whole words only, not inside other words
         return re.search(r"(?<!\w)" + re.escape(value) + r"(?!\w)", rendered) is not None
-    forms = {value, json.dumps(value, ensure_ascii=False)[1:-1], json.dumps(value)[1:-1]}
-    if any(form in rendered for form in forms):
+    if any(form in rendered for form in _forms(value)):
         return True
     if " ".join(value.split()) in " ".join(rendered.split()):
         return True
