@@ -276,6 +276,17 @@ class Runner:
         for _ in items:
             yield Skipped(f"{self.name} cannot tell which tokens it feeds the model")
 
+    def reports_template_analysis(self) -> bool:
+        """Whether template_analysis answers (the engine analyses how to parse a template's output)."""
+        return False
+
+    def template_analysis(self, template: str, bos_token: Optional[str],
+                          eos_token: Optional[str]) -> Optional[dict]:
+        """The engine's own output-parser analysis of a template: {"fields": {engine's field name: value} or
+        None, "specialized": a hand-written handler's name or None, "workarounds": [...], "not_logged": [fields
+        the engine never reports]}; None when it cannot say."""
+        return None
+
 
 def describe_exit(returncode: Optional[int]) -> str:
     """A process's exit status in words: still running, exit code N, or the signal that killed it."""

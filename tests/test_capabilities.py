@@ -19,6 +19,13 @@ KNOWN = [
     "qwen-qwen3-coder-30b-a3b-instruct",
     "mistralai-mistral-7b-instruct-v0.3",
     "llama-cpp-deepseek-r1",
+    "glm-4.6",
+    "mistral-small-3.2-24b-instruct-2506",
+    "mistralai-mistral-nemo-instruct-2407",
+    "cohereforai-c4ai-command-r7b-12-2024-tool_use",
+    "deepseek-ai-deepseek-r1-distill-qwen-32b",
+    "apertus-8b-instruct",
+    "ibm-granite-granite-3.3-2b-instruct",
 ]
 
 
@@ -143,3 +150,82 @@ def test_agreement_summary_rates():
     assert summary["capabilities"]["supports_tools"]["agreement"] == 0.75
     assert summary["capabilities"]["supports_tools"]["compared"] == 4
     assert summary["capabilities"]["supports_system_role"]["agreement"] is None
+
+
+# --- seed-002 fields -------------------------------------------------------------------------------------------
+
+def test_turn_starts(derived):
+    assert derived["qwen-qwen2.5-7b-instruct"]["turns"] == {"user_start": "<|im_start|>user",
+                                                           "assistant_start": "<|im_start|>assistant"}
+    assert derived["meta-llama-llama-3.1-8b-instruct"]["turns"]["user_start"] == \
+        "<|start_header_id|>user<|end_header_id|>"
+    assert derived["mistralai-mistral-7b-instruct-v0.3"]["turns"] == {"user_start": "[INST]", "assistant_start": None}
+
+
+def test_content_modes(derived):
+    assert derived["qwen-qwen2.5-7b-instruct"]["content"] == {"mode": "plain", "start": None, "end": None}
+    assert derived["cohereforai-c4ai-command-r7b-12-2024-tool_use"]["content"] == {
+        "mode": "always-wrapped", "start": "<|START_RESPONSE|>", "end": "<|END_RESPONSE|>"}
+
+
+def test_reasoning_mode_and_scope(derived):
+    """R3 of seed-002: Command R7B shows reasoning only beside tool calls; DeepSeek-R1 never replays reasoning
+    but its markers are known, so its reasoning is tag-based."""
+    command = derived["cohereforai-c4ai-command-r7b-12-2024-tool_use"]["reasoning"]
+    assert (command["scope"], command["mode"]) == ("tools-only", "tools-only")
+    assert derived["qwen-qwen3-0.6b"]["reasoning"]["scope"] == "content-and-tools"
+    distill = derived["deepseek-ai-deepseek-r1-distill-qwen-32b"]["reasoning"]
+    assert (distill["scope"], distill["mode"]) == ("none", "tag-based")
+    assert derived["qwen-qwen2.5-7b-instruct"]["reasoning"]["mode"] == "none"
+
+
+def test_section_and_per_call_markers(derived):
+    qwen = derived["qwen-qwen2.5-7b-instruct"]["tools"]
+    assert (qwen["markers"], qwen["per_call_start"], qwen["per_call_end"]) == ("per-call", "<tool_call>", "</tool_call>")
+    nemo = derived["mistralai-mistral-nemo-instruct-2407"]["tools"]
+    assert (nemo["markers"], nemo["section_start"], nemo["per_call_start"]) == ("section", "[TOOL_CALLS]", None)
+    deepseek = derived["deepseek-ai-deepseek-r1-distill-qwen-32b"]["tools"]
+    assert deepseek["markers"] == "both"
+    assert (deepseek["section_start"], deepseek["section_end"]) == ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")
+    assert (deepseek["per_call_start"], deepseek["per_call_end"]) == ("<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>")
+    assert deepseek["function"] == {"name_prefix": "function<｜tool▁sep｜>", "name_suffix": "```json", "close": "```"}
+
+
+def test_function_and_argument_markers(derived):
+    coder = derived["qwen-qwen3-coder-30b-a3b-instruct"]["tools"]
+    assert coder["function"] == {"name_prefix": "<function=", "name_suffix": ">", "close": "</function>"}
+    assert coder["argument_markers"] == {"name_prefix": "<parameter=", "name_suffix": ">", "value_prefix": None,
+                                         "value_suffix": "</parameter>", "separator": "\n", "start": None, "end": None}
+    glm = derived["glm-4.6"]["tools"]["argument_markers"]
+    assert (glm["name_prefix"], glm["name_suffix"], glm["value_prefix"], glm["value_suffix"]) == (
+        "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+
+
+def test_call_id_position(derived):
+    small = derived["mistral-small-3.2-24b-instruct-2506"]["tools"]
+    assert small["call_id"] == {"position": "between-func-and-args", "prefix": "[CALL_ID]", "suffix": "[ARGS]"}
+    assert derived["mistralai-mistral-nemo-instruct-2407"]["tools"]["call_id"]["position"] == "json-field"
+    assert derived["qwen-qwen2.5-7b-instruct"]["tools"]["call_id"]["position"] == "none"
+
+
+def test_json_field_names(derived):
+    nemo = derived["mistralai-mistral-nemo-instruct-2407"]["tools"]["json"]
+    assert (nemo["name_field"], nemo["arguments_field"], nemo["id_field"], nemo["array_wrapped"]) == (
+        "name", "arguments", "id", True)
+    assert derived["meta-llama-llama-3.1-8b-instruct"]["tools"]["json"]["arguments_field"] == "parameters"
+    command = derived["cohereforai-c4ai-command-r7b-12-2024-tool_use"]["tools"]["json"]
+    assert (command["name_field"], command["arguments_field"]) == ("tool_name", "parameters")
+    apertus = derived["apertus-8b-instruct"]["tools"]["json"]
+    assert (apertus["name_is_key"], apertus["array_wrapped"], apertus["name_field"]) == (True, True, None)
+
+
+def test_preserved_tokens_are_the_markers_found(derived):
+    assert derived["qwen-qwen3-0.6b"]["preserved_tokens"] == ["<think>", "</think>", "<tool_call>", "</tool_call>"]
+    assert derived["google-gemma-2-2b-it"]["preserved_tokens"] == []
+
+
+def test_a_call_shown_only_in_the_tool_list_is_dropped(derived):
+    """Granite 3.3 renders the tool definitions but not the assistant's tool call: the name in the output
+    comes from the tool list, so the call is `dropped`, with no format."""
+    tools = derived["ibm-granite-granite-3.3-2b-instruct"]["tools"]
+    assert (tools["calls"], tools["format"], tools["markers"]) == ("dropped", None, "none")

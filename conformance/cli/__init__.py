@@ -17,8 +17,8 @@ from conformance.cli.common import (
 )
 
 # Subjects, in the order `chatgold --help` lists them; each module sets func=callable(args) -> exit code.
-SUBJECTS = ("corpus", "cases", "render", "goldens", "check", "explain", "history", "capabilities", "service",
-            "harness", "engines", "cache")
+SUBJECTS = ("corpus", "cases", "render", "goldens", "check", "explain", "history", "capabilities", "properties",
+            "lint", "service", "harness", "engines", "cache")
 
 
 def build_parser() -> argparse.ArgumentParser:

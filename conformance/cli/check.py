@@ -107,7 +107,8 @@ def cmd_check(args) -> int:
     if not args.no_attribution and not args.service:
         attribute_diverged([r for one in runs for r in one.results], requests_by_cell(cells), goldens,
                            None if refresh else store)
-    report = build_report(runs, selection.describe(), selection.metadata(), agreement)
+    report = build_report(runs, selection.describe(), selection.metadata(), agreement,
+                          extra_sections=analysis_sections(selection))
     print(terminal(report))
     for path in write_outputs(report, args.json, args.junit, args.markdown, args.badges, args.html):
         print(f"wrote {path}", file=sys.stderr)
@@ -203,6 +204,15 @@ def cmd_report_merge(args) -> int:
     write_outputs(report, args.output, args.junit, args.markdown, args.badges, args.html)
     print(terminal(report, show_unexpected=5))
     return EXIT_FAIL if report["unexpected"] else EXIT_OK
+
+
+def analysis_sections(selection) -> dict:
+    """The stored property records of the selected templates and the suite audit, for the report."""
+    from conformance.analysis.audit import run_audit
+    from conformance.analysis.properties import properties_section
+
+    return {"properties": properties_section([t.id for t in selection.templates]),
+            "audit": run_audit(selection.corpus.entries, [c.id for c in selection.all_cases])}
 
 
 def register(sub) -> None:

@@ -9,13 +9,20 @@ from conformance.cli.common import EXIT_OK
 
 
 def cmd_corpus_list(args) -> int:
+    from conformance.analysis.properties import (
+        load_properties,
+        property_line,
+        property_summary,
+    )
     from conformance.corpus.manifest import load_corpus
 
     corpus = load_corpus()
     entries = corpus.select(args.template)
     if args.json:
-        # Each entry as in the manifest, plus which unknown special tokens its goldens depend on.
-        rows = [{**e.to_dict(), "depends_on_unknown_token": corpus.depends_on_unknown_token(e)} for e in entries]
+        # Each entry as in the manifest, plus which unknown special tokens its goldens depend on and its
+        # golden-free property results.
+        rows = [{**e.to_dict(), "depends_on_unknown_token": corpus.depends_on_unknown_token(e),
+                 "properties": property_summary(load_properties(e.id))} for e in entries]
         json.dump(rows, sys.stdout, ensure_ascii=False, indent=1)
         sys.stdout.write("\n")
         return EXIT_OK
@@ -41,6 +48,7 @@ def cmd_corpus_list(args) -> int:
         if unknown:
             depending += 1
             print(f"    goldens depend on an unknown token: {', '.join(unknown)}")
+        print(f"    properties: {property_line(load_properties(entry.id))}")
         if args.constructs:
             names = construct_table.get(entry.sha256, ["(not recorded: run `chatgold corpus build`)"])
             print(f"    constructs: {', '.join(names)}")

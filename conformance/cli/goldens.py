@@ -31,6 +31,13 @@ def cmd_goldens_update(args) -> int:
         caps_written, caps_failures = update_capability_goldens(templates, runner)
         print(f"capabilities: {len(templates)} templates, {caps_written} written")
         report.failures.extend((t, "capabilities.json", m) for t, m in caps_failures)
+        from conformance.analysis.properties import update_property_goldens
+
+        # a template's property record reads every case: any case added or changed can change it
+        props_written, props_failures = update_property_goldens(templates, runner,
+                                                                progress=progress_printer("properties"))
+        print(f"properties: {len(templates)} templates, {props_written} written")
+        report.failures.extend((t, "properties.json", m) for t, m in props_failures)
     finally:
         runner.close()
     store.prune_if_needed()

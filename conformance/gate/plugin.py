@@ -84,7 +84,9 @@ class _Job:
 
 
 CAPABILITIES_JOB = "capabilities"
+PROPERTIES_JOB = "properties"
 AGREEMENT_JOB = "capability-agreement"
+ANALYSIS_JOBS = (CAPABILITIES_JOB, PROPERTIES_JOB)  # reference analyses, not engines
 
 
 def _job_cost(spec: Optional[str]) -> float:
@@ -92,6 +94,8 @@ def _job_cost(spec: Optional[str]) -> float:
         return 0.0
     from runners import cost_hint
 
+    if spec == PROPERTIES_JOB:
+        return 4.0  # about four reference renders per matrix cell: start it early
     return 1.0 if spec == CAPABILITIES_JOB else cost_hint(spec)
 
 
@@ -160,7 +164,7 @@ class GateSession:
         for spec in specs:
             self._job(spec)
         if self.config.getoption("--chatgold-report"):
-            engines = [spec for spec in specs if spec not in (REFERENCE_RUNNER, CAPABILITIES_JOB)]
+            engines = [spec for spec in specs if spec not in (REFERENCE_RUNNER, *ANALYSIS_JOBS)]
             self._agreement_spec = next((spec for spec in engines
                                          if self.runner(spec).reports_capabilities()), None)
             if self._agreement_spec is not None:
@@ -177,6 +181,9 @@ class GateSession:
             # One process: the probes are few, and another transformers start costs seconds of CPU.
             runner = self.cached(REFERENCE_RUNNER, self.runner(REFERENCE_RUNNER, role=CAPABILITIES_JOB, workers=1))
             work = lambda: self._run_capabilities(runner)  # noqa: E731
+        elif spec == PROPERTIES_JOB:
+            runner = self.runner(REFERENCE_RUNNER, role=PROPERTIES_JOB)
+            work = lambda: self._run_properties(runner)  # noqa: E731
         elif spec == AGREEMENT_JOB:
             runner = self.cached(self._agreement_spec, self.runner(self._agreement_spec, role=AGREEMENT_JOB))
             work = lambda: self._run_agreement(runner)  # noqa: E731
@@ -244,6 +251,17 @@ class GateSession:
             results, failures = compute_capabilities(self.templates, runner)
         return results, dict(failures)
 
+    def _run_properties(self, runner):
+        from conformance.analysis.properties import compute_properties
+
+        with self._slots:  # every case, whatever the selection: a record reads them all
+            results, failures = compute_properties(self.templates, runner, cases=self.all_cases)
+        return results, dict(failures)
+
+    def properties(self) -> tuple:
+        """(template id -> property record, template id -> reference failure), derived through the reference."""
+        return self._job(PROPERTIES_JOB).result()
+
     def _run_agreement(self, runner):
         from conformance.analysis.agreement import agreement_section
 
@@ -271,7 +289,7 @@ class GateSession:
     def checked_specs(self) -> list[str]:
         """The engines whose matrix this session rendered (started), in start order."""
         with self._lock:
-            return [spec for spec in self._jobs if spec not in (REFERENCE_RUNNER, CAPABILITIES_JOB, AGREEMENT_JOB)]
+            return [spec for spec in self._jobs if spec not in (REFERENCE_RUNNER, *ANALYSIS_JOBS, AGREEMENT_JOB)]
 
     def attribute(self, results) -> None:
         """Where each diverged result's first differing golden byte came from (for failure messages)."""
@@ -295,10 +313,23 @@ class GateSession:
         if not runs:
             return []
         self.attribute([r for run in runs for r in run.results])
-        report = build_report(runs, self.selection.describe(), self.selection.metadata(), self.agreement())
+        report = build_report(runs, self.selection.describe(), self.selection.metadata(), self.agreement(),
+                              extra_sections=self.analysis_sections())
         directory = Path(directory)
         return write_outputs(report, directory / "report.json", directory / "junit.xml", directory / "summary.md",
                              directory / "badges", directory / "report.html")
+
+    def analysis_sections(self) -> dict:
+        """The report's `properties` (derived this session when its job ran, else the stored records) and
+        `audit` sections."""
+        from conformance.analysis.audit import run_audit
+        from conformance.analysis.properties import properties_section
+
+        with self._lock:
+            ran = PROPERTIES_JOB in self._jobs
+        records = self.properties()[0] if ran else None
+        return {"properties": properties_section([t.id for t in self.templates], records),
+                "audit": run_audit(self.corpus.entries, [c.id for c in self.all_cases])}
 
     def close(self) -> None:
         with self._lock:

@@ -29,6 +29,7 @@ META_FILE = "_meta.json"
 RENDERED_SUFFIX = ".txt"
 RAISED_SUFFIX = ".raised.txt"
 CAPABILITIES_FILE = "capabilities.json"
+PROPERTIES_FILE = "properties.json"
 # Bytes a template can legitimately emit include lone surrogates smuggled in through JSON; keep them exact.
 ENCODING_ERRORS = "surrogatepass"
 
@@ -287,10 +288,10 @@ def recover_swaps(root: Optional[Path] = None) -> list:
 
 
 def expected_paths(template_ids: Iterable[str], case_ids: Iterable[str], root: Optional[Path] = None) -> dict:
-    """template dir -> allowed file names (both variants of every cell, plus the capability golden)."""
+    """template dir -> allowed file names (both variants of every cell, plus the analysis goldens)."""
     case_ids = list(case_ids)
     names = {f"{c}{RENDERED_SUFFIX}" for c in case_ids} | {f"{c}{RAISED_SUFFIX}" for c in case_ids}
-    names.add(CAPABILITIES_FILE)
+    names.update((CAPABILITIES_FILE, PROPERTIES_FILE))
     return {t: names for t in template_ids}
 
 
@@ -315,6 +316,21 @@ def find_orphans(template_ids: Iterable[str], case_ids: Iterable[str], root: Opt
             if path.name not in names or stale_raised:
                 orphans.append(path)
     return orphans
+
+
+def encode_record(record: dict) -> bytes:
+    """An analysis golden (capabilities.json, properties.json) in canonical form."""
+    return (json.dumps(record, ensure_ascii=False, sort_keys=True, indent=1) + "\n").encode("utf-8", ENCODING_ERRORS)
+
+
+def load_record(path: Path) -> Optional[dict]:
+    """An analysis golden, or None when there is none; ValueError naming the file when it is not JSON."""
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors=ENCODING_ERRORS))
+    except ValueError as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc}") from None
 
 
 def read_meta(root: Optional[Path] = None) -> dict:

@@ -236,6 +236,33 @@ def _merge_agreement(sections: list) -> Optional[dict]:
             room = 20 - len(into["disagreements"])
             into["disagreements"].extend(row.get("disagreements", [])[:max(room, 0)])
     merged["capabilities"] = dict(sorted(merged["capabilities"].items()))
+    notes = [s["autoparser"] for s in sections if s.get("autoparser")]
+    if notes:
+        merged["autoparser"] = {key: sum(n.get(key, 0) for n in notes)
+                                for key in ("analysed", "specialized", "unavailable")}
+        merged["autoparser"]["not_logged"] = notes[0].get("not_logged", [])
+    return merged
+
+
+def _merge_properties(sections: list) -> Optional[dict]:
+    """Shards hold disjoint templates: template counts and kind counts add up, violations join."""
+    if not sections:
+        return None
+    merged = {"format": sections[0]["format"], "violations": {},
+              **{key: sum(s[key] for s in sections) for key in ("templates", "recorded", "clean")},
+              "properties": {}}
+    for section in sections:
+        merged["violations"].update(section["violations"])
+        for name, row in section["properties"].items():
+            into = merged["properties"].setdefault(name, {key: 0 for key in row if isinstance(row[key], int)}
+                                                   | {"violation_kinds": {}, "exception_kinds": {}})
+            for key, value in row.items():
+                if isinstance(value, int):
+                    into[key] += value
+                else:
+                    for kind, n in value.items():
+                        into[key][kind] = into[key].get(kind, 0) + n
+    merged["violations"] = dict(sorted(merged["violations"].items()))
     return merged
 
 
@@ -318,6 +345,12 @@ def merge_reports(reports: Iterable[Report]) -> Report:
     agreement = _merge_agreement([r["capability_agreement"] for r in reports if r.get("capability_agreement")])
     if agreement is not None:
         merged["capability_agreement"] = agreement
+    properties = _merge_properties([r["properties"] for r in reports if r.get("properties")])
+    if properties is not None:
+        merged["properties"] = properties
+    audits = [r["audit"] for r in reports if r.get("audit")]
+    if audits:
+        merged["audit"] = audits[0]  # corpus-wide: every shard computes the same one
     cells.sort(key=lambda c: (c["runner"], c["template"], c["case"]))
     return finalize(Report(merged, cells))
 

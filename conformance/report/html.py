@@ -318,6 +318,64 @@ def _history(report) -> str:
             + "".join(template_rows) + "</table></div>")
 
 
+def _properties(report: dict) -> str:
+    """Golden-free template properties: per property how many templates violate it (by kind), then the
+    templates with violations, each with its two-line explanations and minimal cases."""
+    section = report.get("properties")
+    if not section:
+        return ""
+    rows = []
+    for name, row in section["properties"].items():
+        kinds = ", ".join(f"{k} {n}" for k, n in sorted(row["violation_kinds"].items(), key=lambda kv: -kv[1]))
+        excepted = ", ".join(f"{k} {n}" for k, n in sorted(row["exception_kinds"].items(), key=lambda kv: -kv[1]))
+        rows.append(f'<tr><td class="name">{escape(name)}</td><td>{row["violation"]}</td><td>{row["exception"]}</td>'
+                    f'<td>{row["pass"]}</td><td>{row["not-applicable"]}</td><td class="name">{escape(kinds) or "–"}</td>'
+                    f'<td class="name">{escape(excepted) or "–"}</td></tr>')
+    items = []
+    for template, found in list(section["violations"].items())[:MAX_DRILLDOWN]:
+        lines = "".join(f'<li><b>{escape(v["property"])}</b> [{escape(v["kind"])}] in {v["count"]} case(s), minimal '
+                        f'<code>{escape(v["case"])}</code>: {escape(v["explanation"][0])}<br>'
+                        f'{escape(v["explanation"][1])}</li>' for v in found)
+        items.append(f'<details><summary><code>{escape(template)}</code>: {len(found)} violation(s)</summary>'
+                     f'<ul>{lines}</ul></details>')
+    more = len(section["violations"]) - len(items)
+    return ('<h2>Template properties</h2><p class="note">Checked through the reference on every case, no golden '
+            f'needed: {section["recorded"]} of {section["templates"]} template(s) recorded, {section["clean"]} '
+            'violate none. Intended exceptions (reasoning dropped from past turns, a prefill not replayed, a '
+            'printed date, an input kind the template never renders) are counted apart.</p>'
+            '<table id="properties"><tr><th>property</th><th>violated</th><th>exceptions only</th><th>pass</th>'
+            '<th>n/a</th><th>violation kinds (templates)</th><th>intended exceptions (templates)</th></tr>'
+            + "".join(rows) + "</table>" + "".join(items)
+            + (f'<p class="note">… and {more} more template(s) with violations (see the JSON report)</p>' if more > 0 else ""))
+
+
+def _audit(report: dict) -> str:
+    """The suite's own sensitivity: revision pairs of one model's template, told apart or not, and how."""
+    section = report.get("audit")
+    if not section:
+        return ""
+    pct = None if section["sensitivity"] is None else 100 * section["sensitivity"]
+    rows = []
+    for row in section["rows"]:
+        how = []
+        if row["by_goldens"]["cases"]:
+            how.append(f'goldens differ in {row["by_goldens"]["cases"]} case(s), e.g. '
+                       + ", ".join(row["by_goldens"]["examples"][:3]))
+        how.extend(f'{p["property"]}: {p["a"]["status"]} vs {p["b"]["status"]}' for p in row["by_properties"])
+        if not row["told_apart"]:
+            how.append("missed" + (f' (unrevealable: {row["unrevealable"]})' if row.get("unrevealable") else ""))
+        rows.append(f'<tr><td class="name"><code>{escape(row["a"])}</code><br><code>{escape(row["b"])}</code></td>'
+                    f'<td>{escape(row["how"])}</td><td class="name">{escape(row["found"])}</td>'
+                    f'<td class="{"c100" if row["told_apart"] else "c0"}">{"yes" if row["told_apart"] else "no"}</td>'
+                    f'<td class="name">{escape("; ".join(how))}</td></tr>')
+    return (f'<h2>Suite audit</h2><p class="note">Revision pairs of one model\'s template found in the corpus data; '
+            f'the suite tells {section["told_apart"]} of {section["pairs"]} apart '
+            f'(<span class="{_colour(pct)}">{"n/a" if pct is None else f"{pct:.1f}%"}</span>), '
+            f'{section["unrevealable"]} of the missed no case can reveal.</p>'
+            '<table id="audit"><tr><th>pair</th><th>found by</th><th>data</th><th>told apart</th><th>how</th></tr>'
+            + "".join(rows) + "</table>")
+
+
 def render_html(report) -> str:
     summary_rows = []
     for name, s in report["runners"].items():
@@ -351,6 +409,8 @@ def render_html(report) -> str:
         + _capability_agreement(report)
         + templates.html_section(report)
         + _history(report)
+        + _properties(report)
+        + _audit(report)
         + "<h2>Cells that are not a pass</h2>"
         + "".join(_drilldown(name, s, report.runner_cells(name)) for name, s in report["runners"].items())
         + "</body></html>\n")

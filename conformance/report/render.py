@@ -55,6 +55,7 @@ def terminal(report, show_unexpected: int = 20) -> str:
             lines.append(f"    ... {section['unexpected'] - shown} more unexpected (see the JSON/HTML report)")
     lines.extend(terminal_capability_agreement(report))
     lines.extend(templates.terminal_lines(report))
+    lines.extend(terminal_analysis(report))
     lines.append(f"unexpected outcomes: {report['unexpected']}")
     return "\n".join(lines)
 
@@ -98,6 +99,7 @@ def markdown(report) -> str:
         out.append("\n</details>\n")
     out.extend(markdown_capability_agreement(report))
     out.extend(templates.markdown_lines(report))
+    out.extend(markdown_analysis(report))
     unexpected = [(name, cell) for name, s in report["runners"].items() for cell in s["unexpected_cells"]]
     if unexpected:
         out.append(f"### {len(unexpected)} unexpected outcome(s)\n")
@@ -127,6 +129,37 @@ def markdown_capability_agreement(report) -> list:
         out.append(f"| `{name}` | {row['compared']} | {row['agree']} | {_agreement_pct(row)} | {row['unknown']} |")
     out.append("")
     return out
+
+
+def markdown_analysis(report) -> list:
+    """Template properties (violations per property) and the suite audit, when the report has them."""
+    out = []
+    section = report.get("properties")
+    if section:
+        out += [f"### Template properties over {section['recorded']} templates ({section['clean']} violate none)", "",
+                "| property | violated | exceptions only | pass | n/a |", "|---|---:|---:|---:|---:|"]
+        out += [f"| `{name}` | {row['violation']} | {row['exception']} | {row['pass']} | {row['not-applicable']} |"
+                for name, row in section["properties"].items()]
+        out.append("")
+    audit = report.get("audit")
+    if audit:
+        out += [f"### Suite audit: {audit['told_apart']} of {audit['pairs']} revision pairs told apart"
+                + (f" ({_pct(100 * audit['sensitivity'])})" if audit["sensitivity"] is not None else ""), ""]
+        out += [f"- missed: `{pair}`" for pair in audit["missed"]]
+        out.append("")
+    return out
+
+
+def terminal_analysis(report) -> list:
+    lines = []
+    section = report.get("properties")
+    if section:
+        rows = ", ".join(f"{name} {row['violation']}" for name, row in section["properties"].items())
+        lines.append(f"template properties, templates violating each: {rows}")
+    audit = report.get("audit")
+    if audit:
+        lines.append(f"suite audit: {audit['told_apart']}/{audit['pairs']} revision pairs told apart")
+    return lines
 
 
 def terminal_capability_agreement(report) -> list:

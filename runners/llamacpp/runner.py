@@ -129,6 +129,7 @@ class LlamaCppRunner(Runner):
         self._idle: "OrderedDict[tuple, list[LlamaServer]]" = OrderedDict()
         self._busy: set = set()
         self._refusals: dict = {}     # group key -> Raised: the server will not start on this template
+        self._caps: dict = {}         # group key -> /props chat_template_caps seen by template_analysis
         self._clock_checked = False
         self._clock_problem: Optional[str] = None
         self._libfaketime: Optional[Path] = None
@@ -283,9 +284,45 @@ class LlamaCppRunner(Runner):
     def reports_capabilities(self) -> bool:
         return True
 
+    def reports_template_analysis(self) -> bool:
+        return True
+
+    def template_analysis(self, template: str, bos_token: Optional[str],
+                          eos_token: Optional[str]) -> Optional[dict]:
+        """llama.cpp's own autoparser analysis of the template, from the start-up log of a llama-server run at
+        debug verbosity (runners/llamacpp/analysis.py): {"fields": {log name: value} or None, "specialized":
+        name or None, "workarounds": [...], "not_logged": [...]}; None when the server will not load the
+        template. Its /props answer is kept for template_capabilities."""
+        from .analysis import NOT_LOGGED, parse_analysis_log
+
+        request = RenderRequest.make(template, [], bos_token=bos_token, eos_token=eos_token)
+        model = model_for(template, bos_token or None, eos_token or None, self.models_dir)
+        try:
+            server = LlamaServer(self.binary(), model, None, start_timeout=self.start_timeout, log_analysis=True)
+        except RunnerUnavailable:
+            raise
+        except (ServerFailure, OSError, ValueError):
+            return None
+        try:
+            status, data = server.call("GET", "/props", None, self.timeout)
+            if status == 200 and isinstance(data, dict) and isinstance(data.get("chat_template_caps"), dict):
+                with self._lock:
+                    self._caps[_group_key(request)] = data["chat_template_caps"]
+            log = server.log_bytes()
+        except ServerFailure:
+            return None
+        finally:
+            server.stop()
+        return {**parse_analysis_log(log), "not_logged": list(NOT_LOGGED)}
+
     def template_capabilities(self, template: str, bos_token: Optional[str],
                               eos_token: Optional[str]) -> Optional[dict]:
         """llama-server's own `chat_template_caps` (/props) for the template; None when it will not load it."""
+        key = _group_key(RenderRequest.make(template, [], bos_token=bos_token, eos_token=eos_token))
+        with self._lock:
+            cached = self._caps.pop(key, None)
+        if cached is not None:
+            return cached
         try:
             caps = self.props(template, bos_token, eos_token).get("chat_template_caps")
         except RunnerUnavailable:

@@ -86,7 +86,11 @@ class ServerStartFailure(ServerFailure):
         self.template_refused = template_refused
 
 
-def server_argv(binary: Path, model: Path, jinja: bool = True, extra: tuple = ()) -> list:
+# llama.cpp's template analysis is logged at debug level only; as JSON lines its multi-line values stay whole.
+ANALYSIS_LOG_ARGS = ("-lv", "5", "--log-jsonl")
+
+
+def server_argv(binary: Path, model: Path, jinja: bool = True, extra: tuple = (), log_analysis: bool = False) -> list:
     return [
         str(binary), "-m", str(model),
         # --jinja: the template from the file, no --chat-template-file; --no-jinja: llama.cpp's built-in
@@ -97,6 +101,7 @@ def server_argv(binary: Path, model: Path, jinja: bool = True, extra: tuple = ()
         "-t", "1", "-tb", "1", "--threads-http", "2",
         "--no-warmup", "--no-webui", "--offline", "-fit", "off",
         "--no-prefill-assistant",       # else a chat ending with an assistant message is left open
+        *(ANALYSIS_LOG_ARGS if log_analysis else ()),
     ]
 
 
@@ -111,7 +116,7 @@ def _clean_env(extra: dict) -> dict:
 
 class LlamaServer:
     def __init__(self, binary: Path, model: Path, libfaketime: Optional[Path], start_timeout: float = 60.0,
-                 memory_limit: int = 4 << 30, jinja: bool = True, extra_args: tuple = ()):
+                 memory_limit: int = 4 << 30, jinja: bool = True, extra_args: tuple = (), log_analysis: bool = False):
         self.model = model
         self._workdir = tempfile.TemporaryDirectory(prefix="chatgold-llama-")
         self.stamp_file = Path(self._workdir.name) / "faketime"
@@ -128,8 +133,8 @@ class LlamaServer:
         env, self._tag = tagged_env(_clean_env(extra))  # the tag lets stop() find every descendant
         try:
             self.proc = subprocess.Popen(
-                server_argv(binary, model, jinja, extra_args), stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                env=env, cwd=self._workdir.name, start_new_session=True)
+                server_argv(binary, model, jinja, extra_args, log_analysis), stdin=subprocess.DEVNULL, stdout=self._log,
+                stderr=subprocess.STDOUT, env=env, cwd=self._workdir.name, start_new_session=True)
         except OSError as exc:
             self._log.close()
             self._workdir.cleanup()
@@ -180,6 +185,13 @@ class LlamaServer:
         """The most telling error of a failed start: the first about the template, else the last error."""
         records: list = []  # log records; an error's details continue on lines without the record prefix
         for line in log.decode("utf-8", "replace").splitlines():
+            if line.startswith("{"):  # --log-jsonl: one record per line
+                try:
+                    record = json.loads(line)
+                    records.append([str(record.get("level", "")).upper()[:1], str(record.get("msg", "")).strip()])
+                    continue
+                except ValueError:
+                    pass
             match = LOG_RECORD.match(line)
             if match:
                 records.append([match.group(1), line[match.end():].strip()])

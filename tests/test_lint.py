@@ -1,0 +1,65 @@
+"""`chatgold lint TEMPLATE|GGUF|tokenizer_config.json`: the properties on one file, through the real reference.
+Exit 0 when clean, 1 on a violation, 2 on bad input."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance import schema_validator
+from conformance.cli import main
+
+TEXT = ("{% if m.content is string %}{{ m.content }}{% elif m.content %}{% for p in m.content %}"
+        "{% if p.type == 'text' %}{{ p.text }}{% endif %}{% endfor %}{% endif %}")
+SOUND = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n" + TEXT + "<|im_end|>\n{% endfor %}"
+         "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# The tool list printed as a Python object: a repr leak.
+LEAKY = "{% if tools %}Tools: {{ tools }}\n{% endif %}" + SOUND
+
+
+def test_clean_tokenizer_config_exits_0(tmp_path, capsys):
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(json.dumps({"chat_template": SOUND, "bos_token": "<s>", "eos_token": {"content": "</s>"}}))
+    assert main(["lint", str(path), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "(bos '<s>', eos '</s>'): 0 of 7 properties violated" in out
+    assert "prefix-stability: pass" in out and "marker-balance: pass" in out
+
+
+def test_violation_exits_1_with_explanation_minimal_case_and_json(tmp_path, capsys):
+    path = tmp_path / "leaky.jinja"
+    path.write_text(LEAKY)
+    assert main(["lint", str(path), "--workers", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "no-repr-leak: VIOLATION" in out and "[python-repr]" in out
+    assert "JSON input must reach the prompt as JSON, never as a Python repr or HTML-escaped." in out
+    assert "minimal case: " in out and "evidence: " in out
+    assert main(["lint", str(path), "--workers", "1", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    schema_validator("properties.schema.json").evolve(
+        schema={"$ref": "https://chatgold.invalid/schemas/properties.schema.json#/$defs/lint"}).validate(data)
+    assert data["violated"] is True
+    assert data["templates"][0]["properties"]["violated"] == ["no-repr-leak"]
+
+
+def test_gguf_template_and_tokens(tmp_path, capsys):
+    from runners.llamacpp.model import write_model
+
+    path = tmp_path / "model.gguf"
+    write_model(path, SOUND, "<s>", "</s>")
+    assert main(["lint", str(path), "--workers", "1"]) == 0
+    assert "(bos '<s>', eos '</s>')" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read"),
+    ('{"bos_token": "<s>"}', 'no "chat_template" key'),
+    ("{{ x }", "not valid Jinja"),
+])
+def test_bad_input_exits_2_naming_the_file(tmp_path, capsys, content, message):
+    path = tmp_path / ("tokenizer_config.json" if content and content.startswith("{\"") else "t.jinja")
+    if content is not None:
+        path.write_text(content)
+    assert main(["lint", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and message in err
