@@ -154,10 +154,10 @@ def test_kill_goldens_update_midway(tmp_path):
     assert states["new"] >= 1 and states["old"] >= 1, states
     # Anything else left in the golden tree (an interrupted write's temp file) is caught by the orphan check.
     from conformance.corpus.cases import load_cases
-    from conformance.judge.goldens import find_orphans
+    from conformance.judge.goldens import CAPABILITIES_FILE, PROPERTIES_FILE, find_orphans
 
     leftovers = [p for d in templates for p in (root / "goldens" / d).iterdir()
-                 if p not in new and p.name != "capabilities.json"]
+                 if p not in new and p.name not in (CAPABILITIES_FILE, PROPERTIES_FILE)]
     orphans = set(find_orphans([e.id for e in load_corpus().entries], [c.id for c in load_cases()], root / "goldens"))
     assert all(p in orphans for p in leftovers), f"stray files the orphan check misses: {leftovers}"
     print(f"\ngoldens update killed midway: {states['new']} new, {states['old']} old, "

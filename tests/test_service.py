@@ -69,7 +69,7 @@ def test_templates_and_template_detail(server, corpus):
         assert any("capabilities" in n for n in detail["notes"]) or not (
             repo_root() / "goldens" / TEMPLATE / "capabilities.json").exists()
     else:
-        assert detail["capabilities"]["format"] == 1
+        assert detail["capabilities"]["format"] == 2
     if detail["constructs"] is None:
         assert any("constructs unavailable" in n for n in detail["notes"])
     else:
