@@ -24,6 +24,7 @@ from typing import Optional
 from .base import Outcome, Raised, RefusalKind, Rendered, RenderRequest, Skipped
 from .command import CommandRunner
 from .harness import python_harness
+from .identity import dist_versions
 from .vocab import byte_level_alphabet
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -80,7 +81,7 @@ class _FrozenDatetime(_dt.datetime):
 
 def transformers_versions() -> dict:
     """The installed versions, from package metadata (importing transformers to ask costs seconds)."""
-    return {dist: _installed_version(dist) for dist in ("transformers", "tokenizers", "jinja2")}
+    return dist_versions("transformers", "tokenizers", "jinja2")
 
 
 class HFRenderer:
@@ -217,7 +218,7 @@ class HFRunner(CommandRunner):
             argv, env = checkout_harness(transformers_python(version), "runners.hf")
         super().__init__(argv, name="hf" if version is None else f"hf@{version}", timeout=timeout, workers=workers,
                          env=env, **options)
-        self.version = version or _installed_version("transformers")
+        self.version = version or dist_versions("transformers")["transformers"]
         self.pinned = version is None
 
     def identity(self) -> dict:
@@ -240,15 +241,6 @@ def transformers_python(version: str):
 
     return ensure_venv(f"transformers-{version}", [f"transformers=={version}", JINJA2_REQUIREMENT],
                        f"transformers {version}", pip_options=["--only-binary", ":all:"])
-
-
-def _installed_version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "missing"
 
 
 def main() -> None:
