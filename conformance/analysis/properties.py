@@ -752,9 +752,16 @@ def time_invariance(template: str, cases: list, out: dict) -> _Property:
         later = shifted_now(case.conversation.now)
         if isinstance(a, Rendered) and isinstance(b, Rendered):
             at = first_difference(a.text, b.text)
-            # only the stretch between the common prefix and suffix is diffed, token by token
+            # only the stretch between the common prefix and suffix is diffed, token by token; widened to whole
+            # words, so "June" -> "July" is read as two month names, not as "ne" -> "ly"
             end = first_difference(a.text[at:][::-1], b.text[at:][::-1])
-            left, right = _TOKEN.findall(a.text[at:len(a.text) - end]), _TOKEN.findall(b.text[at:len(b.text) - end])
+            start = at
+            while start > 0 and a.text[start - 1].isalnum():
+                start -= 1
+            while end > 0 and a.text[len(a.text) - end].isalnum():
+                end -= 1
+            left = _TOKEN.findall(a.text[start:len(a.text) - end])
+            right = _TOKEN.findall(b.text[start:len(b.text) - end])
             matcher = difflib.SequenceMatcher(None, left, right, autojunk=False)
             changes = [(left[i1:i2], right[j1:j2]) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"]
             evidence = {"offset": at, "now": case.conversation.now, "moved_to": later,
