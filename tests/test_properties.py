@@ -151,3 +151,16 @@ def test_summary_counts_templates_per_status(records):
     assert summary["time-invariance"]["exception"] == 1
     assert summary["prefix-stability"]["violation_kinds"]["history-rewritten"] >= 1
     assert all(row["templates"] == len(records) for row in summary.values())
+
+
+def test_a_month_name_that_shares_its_first_letters_is_still_a_printed_date():
+    """June -> July differ after "Ju": the changed stretch is read as whole words, so Granite's "Today's Date:
+    June 15, 2025." moved to July 20, 2026 is the clock's date (an intended exception), not a violation."""
+    from runners.base import Rendered
+
+    case = load_cases()[0]
+    out = {("base", case.id): Rendered("Knowledge Cutoff Date: April 2024.\nToday's Date: June 15, 2025.\nHi"),
+           ("clock", case.id): Rendered("Knowledge Cutoff Date: April 2024.\nToday's Date: July 20, 2026.\nHi")}
+    record = props.time_invariance("{{ strftime_now('%B %d, %Y') }}", [case], out).record()
+    assert record["status"] == "exception" and not record["violations"], record
+    assert record["exceptions"][0]["kind"] == "reads-clock"
