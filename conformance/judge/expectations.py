@@ -403,8 +403,11 @@ def write_expectations(expectations: Expectations) -> Path:
     path = expectations.path or expectations_path(expectations.runner)
     path.parent.mkdir(parents=True, exist_ok=True)
     dump = lambda value: json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    # A cause keeps its reproducer's key order: a case's objects are data the template may print in order
+    # (tools through tojson), so sorting them would record a reproducer that no longer reproduces.
+    exact = lambda value: json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     parts = ['{"format": %d,' % FORMAT, ' "runner": %s,' % dump(expectations.runner), ' "causes": [']
-    parts.append(",\n".join("  " + dump(cause.to_dict()) for cause in expectations.causes.values()))
+    parts.append(",\n".join("  " + exact(cause.to_dict()) for cause in expectations.causes.values()))
     parts.append(' ],\n "status_reasons": %s,' % dump(expectations.status_reasons))
     if expectations.rules:
         parts.append(' "rules": [')
