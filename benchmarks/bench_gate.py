@@ -35,7 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-RUNNERS = ["evaluator", "llamacpp", "minijinja", "hfjs", "ferrox", "chatml-builtin", "paperkiln"]
+# As tox.ini's conformance environment lists them.
+RUNNERS = ["evaluator", "llamacpp", "llamacpp-builtin", "minijinja", "hfjs", "tgi", "mistralrs", "llama-cpp-python", "ferrox",
+           "chatml-builtin", "paperkiln"]
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
