@@ -122,7 +122,7 @@ def run_gate(selection: list, report_dir: Path, env_extra: Optional[dict] = None
     for runner in RUNNERS:
         argv += ["--chatgold-runner", runner]
     argv += selection + list(extra)
-    env = dict(os.environ, CHATGOLD_ROOT=str(ROOT), **(env_extra or {}))
+    env = {**os.environ, "CHATGOLD_ROOT": str(ROOT), **(env_extra or {})}  # env_extra may move the root
     load = os.getloadavg()[0]
     started = time.perf_counter()
     with tempfile.TemporaryFile() as log:
