@@ -35,3 +35,15 @@ class LlamaCppPythonRunner(CommandRunner):
         name = "llama-cpp-python" if version is None else f"llama-cpp-python@{version}"
         super().__init__(argv, name=name, timeout=timeout, workers=workers, env=env, **options)
         self.version = version or build.PINNED_VERSION
+
+    def identity(self) -> Optional[dict]:
+        """What decides its outcomes: the install (requirements and build options the cache recorded), this
+        interpreter, and the harness code with the GGUF carrier it writes. None (never cached) without a record."""
+        from ..identity import PROTOCOL_FILES, python_identity, source_digest
+
+        record = build.build_info(self.version)
+        if record is None:
+            return None
+        install = {k: record[k] for k in ("requirements", "pip_options", "env") if k in record}
+        return {"name": self.name, "version": self.version, "install": install, "python": python_identity(),
+                "code": source_digest(*PROTOCOL_FILES, "llama_cpp_python", "llamacpp/model.py", "hf.py", "vocab.py")}
