@@ -4,7 +4,8 @@ TGI ships as a container and a Rust binary, not as a package that can render a p
 the OpenAI-style request and the rendered prompt is reproduced here, from TGI's source
 (github.com/huggingface/text-generation-inference):
 - engine: TGI locks minijinja 2.7.0 and minijinja-contrib 2.7.0 (`Cargo.lock` @00ee4fb250adcf9355a5521da775b6d8834f515d,
-  workspace 3.1.1-dev0; `Cargo.toml` asks for minijinja's `json` feature and contrib's `pycompat`). The PyPI
+  workspace 3.1.1-dev0; `Cargo.toml` asks for minijinja's `json` feature, `loop_controls` since PR #2998, and
+  contrib's `pycompat`). The PyPI
   binding 2.7.0 has no switch for contrib's unknown-method callback (it arrived in binding 2.9.0), so the runner
   renders with binding **2.9.0**, the nearest release that has it: the 2.7 -> 2.9 engine changes are the
   known approximation.
@@ -12,9 +13,10 @@ the OpenAI-style request and the rendered prompt is reproduced here, from TGI's 
   @058162685f0531edb4c566151eb68c490ebe8267): `Environment::new()`, i.e. no trim_blocks, no lstrip_blocks,
   lenient undefined; `set_unknown_method_callback(pycompat::unknown_method_callback)`;
   `raise_exception(text)` failing as a syntax error ("syntax error: text"); the template compiled once at
-  start-up (a template that does not compile stops the server: every cell is that compile refusal). The
-  binding's extra features are refused as TGI's build refuses them: `{% break %}`/`{% continue %}` (no
-  loop_controls) and `urlencode`.
+  start-up (a template that does not compile stops the server: every cell is that compile refusal).
+  `{% break %}`/`{% continue %}` render: TGI PR #2998 (merged February 2025, before the v3.x changes below)
+  turned on minijinja's `loop_controls` feature. The binding's `urlencode`, a feature TGI's build does not
+  ask for, is refused as TGI refuses it.
 - v3.x additions (TGI PR #3204 and the Qwen3/Gemma 3 fixes, read from excerpts of chat_template.rs, not at a
   tagged commit): `strftime_now(fmt)` (chrono, local time; here the case's frozen clock in UTC); literal
   source rewrites before compiling: `messages[0]['content'][0]['text']` -> `messages[0]['content']`,
@@ -49,7 +51,7 @@ from .minijinja_runner import (
     MiniJinjaRenderer,
     serve_renderer,
 )
-from .mistralrs_runner import loop_control_refusal, no_urlencode
+from .mistralrs_runner import no_urlencode
 
 PRODUCT_VERSION = "3.x"
 BINDING_VERSION = "2.9.0"
@@ -164,9 +166,6 @@ class TGIRenderer(MiniJinjaRenderer):
         context = {"messages": messages, "bos_token": request.bos_token, "eos_token": request.eos_token,
                    "add_generation_prompt": True, "tools": tools}
         return source, context
-
-    def compile_refusal(self, source: str):
-        return loop_control_refusal(source)
 
     def finish(self, text: str, request: RenderRequest) -> str:
         last = request.messages[-1] if request.messages else None

@@ -17,7 +17,7 @@ from conformance.explain.signature import compare, edits
 from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
 from conformance.judge.status import NON_MATCHING, Status
 from runners import get_runner
-from runners.base import Raised, RefusalKind, Rendered
+from runners.base import Raised, RefusalKind, RenderRequest, Rendered
 
 HARNESS = Path(__file__).parent / "harnesses" / "planted.py"
 BUGS = ("tojson-sorts-keys", "trim-does-nothing", "no-string-test")
@@ -211,3 +211,41 @@ def test_macro_inlining_and_loop_unrolling_give_parseable_smaller_templates():
     flat = tpl.source_of(tpl.unrolled(loop))
     assert tpl.parses(flat) and flat.startswith("{%- set m = (messages)[0] %}")
     assert tpl.unrolled(tpl.build_tree("{% for m in xs %}{{ loop.index }}{% endfor %}")[0]) is None
+
+
+def _probe(request, engine, reference):
+    """Drive the template-ignored probe of a fresh reduction, answering each render with (reference, engine)."""
+    from conformance.explain.reduce import Reduction, conversation_dict
+
+    reduction = Reduction(request, compare(reference(request.template), engine(request.template)))
+    steps = reduction.template_ignored(request.template, conversation_dict(request.conversation))
+    try:
+        requests = next(steps)
+        while True:
+            requests = steps.send([(reference(r.template), engine(r.template)) for r in requests])
+    except StopIteration as done:
+        return done.value
+
+
+def test_an_engine_that_prints_nothing_is_not_said_to_ignore_the_template():
+    request = RenderRequest.make("{% if messages[0].content %}[{{ messages[0].content }}]{% endif %}",
+                                 [{"role": "user", "content": "hi"}])
+    reference = lambda source: Rendered("[hi]" if source else "")
+    # Skipping the branch prints nothing, as an empty template does: that is not a format of its own.
+    assert _probe(request, lambda s: Rendered(""), reference) is False
+    # The same bytes whatever the template says (and not nothing) is one.
+    own = lambda source: Rendered("<|im_start|>user\nhi<|im_end|>\n")
+    assert _probe(request, own, reference) is True
+    # A refusal that does not depend on the template is too.
+    refuses = lambda source: Raised("tools param requires --jinja flag", RefusalKind.UNSUPPORTED)
+    assert _probe(request, refuses, reference) is True
+
+
+def test_the_cache_keeps_key_order_apart():
+    """Two conversations that differ only in key order are different inputs (`tojson` prints keys in order)."""
+    template = "{{ messages[0].tool_calls[0].function.arguments | tojson }}"
+    args = [{"a": 1, "b": 2}, {"b": 2, "a": 1}]
+    keys = {ExplainCache.key("engine", "reference", RenderRequest.make(template, [
+        {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": a}}]}]),
+        "diverged") for a in args}
+    assert len(keys) == 2

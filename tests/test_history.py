@@ -70,7 +70,7 @@ def test_history_finds_the_binding_version_that_added_negative_step_slices(tmp_p
         [sys.executable, "-m", "conformance.cli", "history", "--runner", "minijinja", "--versions", "2.9.0,v2.10.2",
          "--template", "qwen-qwen3-0.6b", "--case", "chat-single-user", "--case", "chat-multi-turn",
          "--case", "chat-system", "--history-json", str(out), "--json", str(report), "--html",
-         str(tmp_path / "report.html")], capture_output=True, text=True, timeout=300)
+         str(tmp_path / "report.html"), "--no-cache"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     history = json.loads(out.read_text())
     from conformance import schema_validator
@@ -80,8 +80,12 @@ def test_history_finds_the_binding_version_that_added_negative_step_slices(tmp_p
     assert [row["figure"]["passed"] for row in history["versions"]] == [0, 3]
     (change,) = history["changes"]
     assert change["cells_fixed"] == 3 and change["cells_introduced"] == 0
+    # The cause is a root cause: the 2.9.0 cells reduced to one confirmed reproducer of the negative-step slice.
+    assert history["cause_kind"] == "root"
     (group,) = change["fixed"]
-    assert group["cause"] == "engine-raised: render: invalid operation: cannot convert number to uN"
+    cause = history["causes"][group["cause"]]
+    assert group["cause"].startswith("c-") and "a slice with a step" in cause["title"] and "::-1" in cause["template"]
+    assert "cannot convert number to u" in cause["title"] and cause["versions"] == ["2.9.0"]
     assert history["templates"]["qwen-qwen3-0.6b"] == {"right": [False, True], "first_right": "2.10.2",
                                                        "right_since": "2.10.2"}
     from conformance.report import check_report, load_report
@@ -90,7 +94,7 @@ def test_history_finds_the_binding_version_that_added_negative_step_slices(tmp_p
     check_report(loaded)
     assert set(loaded["runners"]) == {"minijinja@2.9.0", "minijinja@2.10.2"}
     html = (tmp_path / "report.html").read_text()
-    assert 'id="history-changes"' in html and "cannot convert number to uN" in html
+    assert 'id="history-changes"' in html and group["cause"] in html and "::-1" in html
 
 
 def test_history_refuses_a_runner_without_versions_and_a_single_version():

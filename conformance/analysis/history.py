@@ -5,11 +5,12 @@ Input: one judged run (judge.pipeline.RunnerResults) per version, oldest first, 
 versions the cells that started or stopped passing, grouped by cause; per template the first version that
 renders all its judged cells right, and the version since which it stays right.
 
-A cause is whatever `cause_of(cell)` returns for a cell that does not pass. Until the root-cause clustering
-(`chatgold explain`) supplies cause ids, `signature` is used: the status plus the engine's refusal message
-with locations and numbers blanked, or for a diverged cell the smallest edit at the first differing byte
-(e.g. "'T' -> 't'": the golden's `True` printed as `true`). `compare` takes any such function, so root causes
-plug in without touching the rest.
+A cause is whatever `cause_of(cell)` returns for a cell that does not pass. `chatgold history` uses root
+causes by default (conformance/explain: the id of the cell's confirmed minimal reproducer, the same id at
+every version the bug shows in; cause_kind "root", with each id's title and reproducer under `causes`). The
+cheap alternative is `signature`: the status plus the engine's refusal message with locations and numbers
+blanked, or for a diverged cell the smallest edit at the first differing byte (e.g. "'T' -> 't'": the
+golden's `True` printed as `true`).
 """
 from __future__ import annotations
 
@@ -148,9 +149,11 @@ def template_history(versions: Sequence[str], runs: Sequence) -> dict:
 
 
 def build_history(engine: str, versions: Sequence[str], runs: Sequence, cause_of: CauseOf = signature,
-                  cause_kind: str = "signature", installs: Optional[Sequence[dict]] = None) -> dict:
+                  cause_kind: str = "signature", installs: Optional[Sequence[dict]] = None,
+                  causes: Optional[dict] = None) -> dict:
     """The history document of one engine: `runs[i]` is the judged run (RunnerResults) of `versions[i]`,
-    oldest first. `installs[i]` (optional) says what installing that version cost."""
+    oldest first. `installs[i]` (optional) says what installing that version cost; `causes` (root causes
+    only) maps each cause id to its title, constructs, reproducer template and the versions it was found at."""
     if len(versions) != len(runs) or not runs:
         raise ValueError("history: one judged run per version is needed")
     rows = []
@@ -172,8 +175,17 @@ def build_history(engine: str, versions: Sequence[str], runs: Sequence, cause_of
         "never_right": sum(1 for t in templates.values() if t["first_right"] is None),
         "regressed": sorted(t for t, row in templates.items() if row["first_right"] and not row["right"][-1]),
     }
-    return {"format": FORMAT, "engine": engine, "cause_kind": cause_kind, "versions": rows, "changes": changes,
-            "templates": templates, "summary": summary}
+    history = {"format": FORMAT, "engine": engine, "cause_kind": cause_kind, "versions": rows, "changes": changes,
+               "templates": templates, "summary": summary}
+    if causes is not None:
+        history["causes"] = causes
+    return history
+
+
+def cause_label(history: dict, cause: str) -> str:
+    """A cause key as people read it: a root cause's id with its title."""
+    known = (history.get("causes") or {}).get(cause)
+    return f"{cause} {known['title']}" if known else cause
 
 
 def history_lines(history: dict, causes: int = 3) -> list:
@@ -190,5 +202,6 @@ def history_lines(history: dict, causes: int = 3) -> list:
                      f"{change['cells_fixed']} fixed, {change['cells_changed']} failing differently")
         for label, key in (("introduced", "introduced"), ("fixed", "fixed")):
             for group in change[key][:causes]:
-                lines.append(f"      {label}: {group['cells']} cells / {group['templates']} templates  {group['cause']}")
+                lines.append(f"      {label}: {group['cells']} cells / {group['templates']} templates  "
+                             f"{cause_label(history, group['cause'])}")
     return lines

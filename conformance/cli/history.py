@@ -7,6 +7,7 @@ import time
 from conformance.cli.check import (
     add_expectations_dir,
     add_outputs,
+    add_reduction_limits,
     add_selection,
     selection_from_args,
 )
@@ -37,8 +38,68 @@ def parse_versions(runner: str, text: str) -> list:
     return versions
 
 
+def _cells_to_explain(runs: list, index: int) -> set:
+    """The non-matching cells of runs[index] that a change involves: judged on a neighbouring version too, and
+    passing there or failing there with another signature. Only those need a root cause."""
+    from conformance.analysis.history import signature
+    from conformance.judge.status import NON_MATCHING, Status
+
+    wanted = set()
+    for key, result in runs[index].by_cell.items():
+        if result.status not in NON_MATCHING:
+            continue
+        for other in (runs[index - 1] if index else None, runs[index + 1] if index + 1 < len(runs) else None):
+            twin = other.by_cell.get(key) if other is not None else None
+            if twin is None or not Status(twin.status).judged:
+                continue
+            if twin.passed or signature(twin) != signature(result):
+                wanted.add(key)
+    return wanted
+
+
+def explain_changes(args, runs: list, specs: list, selection, cells) -> dict:
+    """Reduce the cells each change involves to root causes (chatgold explain, cached), version by version, and
+    record each explained cell's cause id on its result. Returns cause id -> what the history shows of it."""
+    from conformance.cli.explain import explain_run
+    from runners import REFERENCE_RUNNER, get_runner
+
+    causes: dict = {}
+    reference = None
+    try:
+        for index, spec in enumerate(specs):
+            only = _cells_to_explain(runs, index)
+            if not only:
+                continue
+            if reference is None:
+                reference = get_runner(REFERENCE_RUNNER, workers=args.workers, timeout=args.timeout)
+            engine = get_runner(spec, workers=args.workers, timeout=args.timeout)
+            try:
+                explanation = explain_run(runs[index], engine, reference, selection, cells, spec,
+                                          cache=not args.no_cache, budget=args.budget, only=only,
+                                          max_groups=args.max_groups, progress=progress_printer(f"{spec} causes"))
+            finally:
+                engine.close()
+            for cause in explanation.causes:
+                repro = cause.repro()
+                causes.setdefault(cause.id, {"title": cause.title, "constructs": list(cause.constructs),
+                                             "template": repro["template"], "versions": []})
+                causes[cause.id]["versions"].append(specs[index].partition("@")[2])
+    finally:
+        if reference is not None:
+            reference.close()
+    return causes
+
+
+def root_cause_of(result) -> str:
+    """A cell's root cause id (recorded by explain_changes), or its signature when it was not explained."""
+    from conformance.analysis.history import signature
+
+    cause = result.extra.get("cause")
+    return cause if cause else f"unexplained: {signature(result)}"
+
+
 def cmd_history(args) -> int:
-    from conformance.analysis.history import build_history, history_lines
+    from conformance.analysis.history import build_history, history_lines, signature
     from conformance.judge.goldens import GoldenStore
     from conformance.judge.pipeline import GoldenJudge, run
     from conformance.report import build_report, write_outputs
@@ -48,9 +109,10 @@ def cmd_history(args) -> int:
     selection = selection_from_args(args)
     cells = selection.cells()
     judge = GoldenJudge(GoldenStore())
-    runs, installs = [], []
+    runs, installs, specs = [], [], []
     for version in versions:
         spec = f"{args.runner}@{version}"
+        specs.append(spec)
         started = time.perf_counter()
         runner = get_runner(spec, workers=args.workers, timeout=args.timeout)  # installs on first use
         try:
@@ -61,7 +123,12 @@ def cmd_history(args) -> int:
         finally:
             runner.close()
         installs.append({"open_seconds": round(opened, 2)})
-    history = build_history(args.runner, versions, runs, installs=installs)
+    if args.causes == "root":
+        causes = explain_changes(args, runs, specs, selection, cells)
+        history = build_history(args.runner, versions, runs, cause_of=root_cause_of, cause_kind="root",
+                                installs=installs, causes=causes)
+    else:
+        history = build_history(args.runner, versions, runs, cause_of=signature, installs=installs)
     for line in history_lines(history):
         print(line)
     if args.json or args.html or args.markdown or args.junit or args.badges:
@@ -90,6 +157,12 @@ def register(sub) -> None:
     p.add_argument("--versions", required=True, metavar="V1,V2,...", help="versions to compare, oldest first")
     add_selection(p)
     add_expectations_dir(p)
+    p.add_argument("--causes", choices=("root", "signature"), default="root",
+                   help="group the cells a change involves by root cause (chatgold explain reduces each to a "
+                        "confirmed minimal reproducer; cached), or by signature (status and normalised message or "
+                        "first edit: no extra renders). Default: root")
+    add_reduction_limits(p)
+    p.add_argument("--no-cache", action="store_true", help="reduce root causes afresh, without the root-cause cache")
     p.add_argument("--json", metavar="PATH", help="JSON report holding every version as a runner and the history "
                                                   "section (conformance/schemas/history.schema.json)")
     p.add_argument("--history-json", metavar="PATH", help="the history section alone, as JSON")

@@ -17,8 +17,10 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-# Bump when reductions change in a way that makes old entries wrong or worse.
-REDUCER_VERSION = 3
+# Bump when reductions change in a way that makes old entries wrong or worse. 4: the conversation is keyed in
+# its own key order (two cases that differ only in key order are different inputs: `tojson`, `items()`), and
+# an empty engine output no longer reads as "the engine ignores the template".
+REDUCER_VERSION = 4
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks
 
@@ -54,7 +56,7 @@ class ExplainCache:
         digest = hashlib.sha256()
         parts = (str(REDUCER_VERSION), engine, reference, request.template, repr(request.bos_token),
                  repr(request.eos_token),
-                 json.dumps(request.conversation.to_dict(), sort_keys=True, ensure_ascii=False), symptom_key)
+                 json.dumps(request.conversation.to_dict(), ensure_ascii=False), symptom_key)
         for part in parts:
             data = part.encode("utf-8", "surrogatepass")
             digest.update(len(data).to_bytes(8, "little"))

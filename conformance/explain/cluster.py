@@ -39,20 +39,36 @@ CARRIER_FAMILIES = ("var:", "literal:", "ws:", "expr:", "op:")
 EDIT_LIMIT = 40   # characters of each side of an edit kept in a key
 
 
+# Operators that are more than a way to reach data: a slice with a step (`[::-1]`) is its own feature, one that
+# engines add late or not at all, where `messages[1:]` only carries the messages.
+OWN_OPS = frozenset({"op:slice-step"})
+
+
+def _stepped_slice(template: str) -> bool:
+    import jinja2
+    from jinja2 import nodes
+
+    tree = jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
+    return any(node.step is not None for node in tree.find_all(nodes.Slice))
+
+
 def constructs_of(template: str) -> list:
-    """Every construct the template uses (inventory names), variables left out; [] when it does not parse."""
+    """Every construct the template uses (inventory names), variables left out, plus `op:slice-step` for a
+    slice with a step; [] when it does not parse."""
     try:
         from runners.evaluator.inventory import inventory
 
         names = inventory(template).names()
+        stepped = "op:slice" in names and _stepped_slice(template)
     except Exception:  # a template that does not parse (the reference's compile error is the symptom)
         return []
-    return [n for n in names if not n.startswith("var:")]
+    return [n for n in names if not n.startswith("var:")] + (["op:slice-step"] if stepped else [])
 
 
 def culprits(constructs: Iterable[str]) -> list:
     """The constructs a cause is keyed and titled by: those that do more than carry data."""
-    return sorted(n for n in set(constructs) if n not in CARRIERS and not n.startswith(CARRIER_FAMILIES))
+    return sorted(n for n in set(constructs)
+                  if n in OWN_OPS or (n not in CARRIERS and not n.startswith(CARRIER_FAMILIES)))
 
 
 def _ws(text: str) -> bool:
@@ -133,7 +149,8 @@ _SUBJECT = {
 _OPS = {"concat": "`~`", "add": "`+`", "sub": "`-`", "mul": "`*`", "div": "`/`", "floordiv": "`//`", "mod": "`%`",
         "pow": "`**`", "and": "`and`", "or": "`or`", "not": "`not`", "neg": "unary `-`", "in": "`in`",
         "notin": "`not in`", "eq": "`==`", "ne": "`!=`", "lt": "`<`", "gt": "`>`", "lteq": "`<=`", "gteq": "`>=`",
-        "slice": "slicing", "subscript": "subscripts", "attr": "attribute access", "ternary": "`x if c else y`"}
+        "slice": "slicing", "slice-step": "a slice with a step (`[::-1]`)", "subscript": "subscripts",
+        "attr": "attribute access", "ternary": "`x if c else y`"}
 
 
 def subject(names: list) -> str:

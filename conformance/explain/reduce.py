@@ -83,7 +83,8 @@ def _conversation(data: dict) -> Conversation:
 
 
 def _canonical(data) -> str:
-    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    # Key order is kept: it is part of the input (`tojson`, `items()` and the like print keys in order).
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 class Reduction:
@@ -155,7 +156,10 @@ class Reduction:
         full, empty = yield from self.render([self._request(source, conversation), self._request("", conversation)])
         same = lambda a, b: (a.kind, getattr(a, "text", None), getattr(a, "message", None)) == (
             b.kind, getattr(b, "text", None), getattr(b, "message", None))
-        return same(full[1], empty[1]) and not same(full[0], empty[0]) and full[1].kind in ("rendered", "raised")
+        # An engine that renders nothing for this case renders nothing for an empty template too: that says
+        # the template printed nothing here, not that the engine has a format of its own.
+        own_output = full[1].kind == "raised" or (full[1].kind == "rendered" and full[1].text != "")
+        return same(full[1], empty[1]) and not same(full[0], empty[0]) and own_output
 
     def template_sensitive(self, source: str, conversation: dict) -> Steps:
         """Whether the engine renders an equivalent template (a comment added) the same way. An engine that

@@ -266,14 +266,19 @@ def _percent(value) -> str:
     return "n/a" if value is None else f"{value:.2f}%"
 
 
-def _history_groups(groups: list, limit: int = 8) -> str:
+def _history_groups(groups: list, causes: dict, limit: int = 8) -> str:
     if not groups:
         return "–"
     items = []
     for group in groups[:limit]:
         examples = ", ".join(f'{escape(e["template"])} × {escape(e["case"])}' for e in group["examples"][:3])
+        known = causes.get(group["cause"])
+        what = f'<code>{escape(group["cause"])}</code>'
+        if known:  # a root cause: its title, and its reproducer one click away
+            what += (f' {escape(known["title"])}<details><summary>reproducer</summary>'
+                     f'<pre>{escape(known["template"])}</pre></details>')
         items.append(f'<li><b>{group["cells"]}</b> cells / {group["templates"]} templates: '
-                     f'<code>{escape(group["cause"])}</code><br><span class="note">e.g. {examples}</span></li>')
+                     f'{what}<br><span class="note">e.g. {examples}</span></li>')
     more = len(groups) - limit
     return "<ul>" + "".join(items) + (f"<li>… and {more} more causes</li>" if more > 0 else "") + "</ul>"
 
@@ -291,11 +296,11 @@ def _history(report) -> str:
         rows.append(f'<tr><td class="name">{escape(row["version"])}</td>'
                     f'<td class="{_colour(fig["conformance"])}">{_percent(fig["conformance"])}</td>'
                     f'<td>{fig["judged"]}</td><td>{fig["passed"]}</td><td>{right}</td></tr>')
-    changes = []
+    changes, causes = [], history.get("causes") or {}
     for change in history["changes"]:
         changes.append(f'<tr><td class="name">{escape(change["from"])} → {escape(change["to"])}</td>'
-                       f'<td>{change["cells_introduced"]}</td><td class="name">{_history_groups(change["introduced"])}</td>'
-                       f'<td>{change["cells_fixed"]}</td><td class="name">{_history_groups(change["fixed"])}</td>'
+                       f'<td>{change["cells_introduced"]}</td><td class="name">{_history_groups(change["introduced"], causes)}</td>'
+                       f'<td>{change["cells_fixed"]}</td><td class="name">{_history_groups(change["fixed"], causes)}</td>'
                        f'<td>{change["cells_changed"]}</td></tr>')
     moved = [(t, row) for t, row in history["templates"].items() if len({str(v) for v in row["right"]}) > 1]
     template_rows = []
