@@ -200,6 +200,15 @@ def test_explain_cli_writes_json_markdown_html(tmp_path, capsys):
     assert f'cause-minijinja-{cause["id"]}' in (tmp_path / "e.html").read_text()
 
 
+def test_a_slice_the_difference_does_not_need_can_go_and_a_stepped_one_is_a_culprit():
+    from conformance.explain.cluster import constructs_of, culprits
+
+    [leaf] = tpl.build_tree("{%- set message = (messages[::-1])[0] %}")
+    assert [v.text for v in tpl.expression_variants(leaf)] == ["{%- set message = messages[0] %}"]
+    assert culprits(constructs_of("{{ messages[::-1] }}")) == ["op:slice-step"]
+    assert culprits(constructs_of("{{ messages[1:] }}")) == []  # a plain slice only carries the messages
+
+
 def test_macro_inlining_and_loop_unrolling_give_parseable_smaller_templates():
     source = ("{% macro show(x, sep='; ') %}[{{ x }}]{{ sep }}{% endmacro %}"
               "{%- for m in messages %}{{- show(m.content) }}{% endfor %}")

@@ -19,8 +19,9 @@ from typing import Optional
 
 # Bump when reductions change in a way that makes old entries wrong or worse. 4: the conversation is keyed in
 # its own key order (two cases that differ only in key order are different inputs: `tojson`, `items()`), and
-# an empty engine output no longer reads as "the engine ignores the template".
-REDUCER_VERSION = 4
+# an empty engine output no longer reads as "the engine ignores the template". 5: slices are dropped when the
+# difference does not need them.
+REDUCER_VERSION = 5
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks
 

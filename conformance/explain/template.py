@@ -569,6 +569,10 @@ def _smaller(node) -> Iterator:
     elif isinstance(node, nodes.Dict) and node.items:
         for index in range(len(node.items)):
             yield nodes.Dict(node.items[:index] + node.items[index + 1:])
+    elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
+        # the sequence itself: a slice the difference does not need (`messages[::-1]` from an unrolled
+        # reversed loop) would otherwise stay in the reproducer and be taken for a culprit
+        yield node.node
     elif isinstance(node, nodes.Const) and isinstance(node.value, str) and len(node.value) > 1:
         yield nodes.Const("")
         yield nodes.Const(node.value[: len(node.value) // 2])
