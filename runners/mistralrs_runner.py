@@ -87,8 +87,10 @@ TOJSON_FILTER = "chatgold_mistralrs_tojson"
 _TOJSON_USE = re.compile(r"\|\s*tojson\b(\s*\([^()]*\))?")
 
 
-def with_own_tojson(source: str) -> str:
-    return _TOJSON_USE.sub(lambda m: f"|tojson|{TOJSON_FILTER}{m.group(1) or ''}", source)
+def with_own_tojson(source: str, name: str = TOJSON_FILTER) -> str:
+    """Every `|tojson(...)` routed through MiniJinja's compact tojson into the filter `name`, which gets the
+    arguments (the binding would hand a Python filter 0.0 as 0; the JSON text keeps it a float)."""
+    return _TOJSON_USE.sub(lambda m: f"|tojson|{name}{m.group(1) or ''}", source)
 
 
 def rewrite_source(source: str) -> str:

@@ -188,6 +188,8 @@ def test_ferrox_matches_on_whitespace_controlled_templates_and_diverges_where_it
         tools = request("{{ tools[0] | tojson }}", tools=[{"name": "f", "description": "d"}])
         assert hf.render(tools) == Rendered('{"name": "f", "description": "d"}')
         assert ferrox.render(tools) == Rendered('{"description": "d", "name": "f"}')
+        # serde keeps a float a float (the binding alone would hand the filter 100.0 as 100)
+        assert ferrox.render(request("{{ {'b': 100.0, 'a': 2.5e-05}|tojson }}")) == Rendered('{"a": 2.5e-5, "b": 100.0}')
         items = ferrox.render(request("{% for k, v in messages[0].items() %}{{ k }}{% endfor %}"))
         assert isinstance(items, Raised) and "no method named items" in items.message
         clock = ferrox.render(request("{{ strftime_now('%A %F %T %j %-d') }}", now="2024-07-04T12:34:56+00:00"))

@@ -3,7 +3,7 @@
 Configured exactly as that file describes its environment: MiniJinja defaults (no trim_blocks, no
 lstrip_blocks), lenient undefined, `raise_exception`, a UTC `strftime_now` with its own strftime subset, its
 own `tojson` (sorted keys, ", "/": " separators, serde_json string escapes, no HTML escaping, one argument
-only), and its five Python methods (dict.get, str.split/strip/lstrip/rstrip) -- any other method is
+only; fed MiniJinja's own JSON of the value, so a float stays a float), and its five Python methods (dict.get, str.split/strip/lstrip/rstrip) -- any other method is
 MiniJinja's UnknownMethod error. The context is built as its render() builds it: chat_template_kwargs first,
 then messages, add_generation_prompt, tools (null when none or empty), bos/eos only when set; no documents.
 
@@ -29,6 +29,7 @@ from runners.minijinja_runner import (  # noqa: E402
     minijinja_version,
     render_native,
 )
+from runners.mistralrs_runner import with_own_tojson  # noqa: E402
 
 # MiniJinja pycompat methods (measured on minijinja 3.1.0) that ferrox's python_method does not provide.
 NOT_IN_FERROX = {
@@ -133,12 +134,17 @@ def _python_json(value) -> str:
     raise ValueError(f"tojson: value is not serialisable: {type(value).__name__}")
 
 
-def tojson(value, *args, **kwargs):
+TOJSON_FILTER = "chatgold_ferrox_tojson"
+
+
+def tojson(serialised, *args, **kwargs):
+    """ferrox's tojson, given MiniJinja's own compact serialisation of the value (with_own_tojson): a Python
+    filter handed the value itself would see 100.0 as 100."""
     # One parameter, as the Rust filter: tojson(indent=...) or tojson(ensure_ascii=...) fail in the engine.
     if args or kwargs:
         raise TemplateRaised("too many arguments (in chat): ferrox's tojson takes no arguments")
     try:
-        return _python_json(value)
+        return _python_json(json.loads(str(serialised)))
     except ValueError as exc:
         raise TemplateRaised(f"invalid operation: {exc}") from None
 
@@ -210,7 +216,7 @@ class Ferrox:
         self._rewritten = (None, None)
         self.env = Environment(undefined_behavior="lenient", pycompat=True, debug=False,
                                globals={"raise_exception": self.raise_exception, "strftime_now": self.strftime_now},
-                               filters={"tojson": tojson})
+                               filters={TOJSON_FILTER: tojson})
 
     @staticmethod
     def raise_exception(msg):
@@ -246,7 +252,7 @@ class Ferrox:
         if request.template != self._rewritten[0]:
             # The rewrite is a Python-level scan: once per template, not per cell (the runner sends a
             # template's cells to one process in a row).
-            self._rewritten = (request.template, restrict_methods(request.template))
+            self._rewritten = (request.template, with_own_tojson(restrict_methods(request.template), TOJSON_FILTER))
         source = self._rewritten[1]
         try:
             load_template(self.env, "chat", source)
@@ -286,4 +292,4 @@ if __name__ == "__main__":
     engine = Ferrox()
     serve({"name": "ferrox", "version": f"ferrox chat_template.rs on minijinja {minijinja_version()}",
            "language": "rust", "homepage": "seed 000: ferrox chat_template.rs"}, engine.render,
-          build=harness_build(__file__, ["minijinja_runner.py"], ["minijinja"]))
+          build=harness_build(__file__, ["minijinja_runner.py", "mistralrs_runner.py"], ["minijinja"]))
