@@ -39,7 +39,7 @@ def measure(spec: str, which: str, limit, workers: int, budget) -> dict:
     from conformance.explain.cache import ExplainCache
     from conformance.judge.goldens import GoldenStore
     from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
-    from runners import BUILTIN_RUNNERS, REFERENCE_RUNNER, get_runner
+    from runners import REFERENCE_RUNNER, get_runner, is_builtin
 
     selection = Selection.load()
     templates = templates_of(selection.corpus, which, limit)
@@ -59,12 +59,12 @@ def measure(spec: str, which: str, limit, workers: int, budget) -> dict:
             starts_before = getattr(engine, "server_starts", None)
             started = time.perf_counter()
             cold = explain(results, engine, reference, requests, cache=cache, families=families,
-                           engine_builtin=spec in BUILTIN_RUNNERS, **options)
+                           engine_builtin=is_builtin(spec), **options)
             cold_seconds = time.perf_counter() - started
             starts_cold = getattr(engine, "server_starts", None)
             started = time.perf_counter()
             warm = explain(results, engine, reference, requests, cache=cache, families=families,
-                           engine_builtin=spec in BUILTIN_RUNNERS, **options)
+                           engine_builtin=is_builtin(spec), **options)
             warm_seconds = time.perf_counter() - started
             starts_warm = getattr(engine, "server_starts", None)
         finally:

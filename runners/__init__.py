@@ -85,6 +85,12 @@ def parse_spec(spec: str) -> tuple[str, Optional[str]]:
     return name, normalise_version(name, version)
 
 
+def is_builtin(spec: str) -> bool:
+    """Whether a spec names a builtin runner, at its pinned version or a chosen one (`minijinja@2.10.2`): its
+    name and version then identify the engine (the root-cause cache relies on it)."""
+    return not spec.startswith("command:") and spec.partition("@")[0] in BUILTIN_RUNNERS
+
+
 def cost_hint(spec: str) -> float:
     """The runner class's `cost_hint` for a spec, without starting anything."""
     target = BUILTIN_RUNNERS.get(spec if spec.startswith("command:") else spec.partition("@")[0])

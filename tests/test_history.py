@@ -116,3 +116,10 @@ def test_version_specs_are_normalised_and_checked():
                         ("minijinja@../x", "is not a version"), ("llamacpp@latest", "is a number")):
         with pytest.raises(ValueError, match=needle):
             parse_spec(bad)
+    # A builtin runner at a chosen version is identified by its name and version (the root-cause cache keys
+    # on it); a command harness is not, unless it gives a build.
+    from conformance.explain.cache import runner_identity
+    from runners import is_builtin
+
+    assert is_builtin("llamacpp@b10054") and is_builtin("minijinja") and not is_builtin("command:'x@1'")
+    assert runner_identity({"name": "minijinja@2.10.2", "version": "2.10.2"}, builtin=is_builtin("minijinja@2.10.2"))

@@ -129,14 +129,14 @@ class Explainer:
         from conformance.explain.baseline import explain_with_baseline
         from conformance.explain.cache import ExplainCache
         from conformance.judge.pipeline import requests_by_cell
-        from runners import BUILTIN_RUNNERS, REFERENCE_RUNNER, get_runner
+        from runners import REFERENCE_RUNNER, get_runner, is_builtin
 
         if self.reference is None:
             self.reference = get_runner(REFERENCE_RUNNER, workers=self.args.workers, timeout=self.args.timeout)
         explanation = explain_with_baseline(
             results, runner, self.reference, requests_by_cell(self.cells),
             cache=None if getattr(self.args, "no_cache", False) else ExplainCache(),
-            families={t.id: t.family for t in self.selection.templates}, engine_builtin=spec in BUILTIN_RUNNERS,
+            families={t.id: t.family for t in self.selection.templates}, engine_builtin=is_builtin(spec),
             progress=progress_printer(f"{spec} causes"), everything=self.everything, explain_bare=self.recording,
             budget=getattr(self.args, "budget", None), max_groups=getattr(self.args, "max_groups", None))
         print(describe_causes(explanation, 5), file=sys.stderr)

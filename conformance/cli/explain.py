@@ -38,11 +38,11 @@ def explain_run(run, engine, reference, selection, cells, spec: str, cache=True,
     from conformance.explain.cache import ExplainCache
     from conformance.explain.reduce import DEFAULT_BUDGET
     from conformance.judge.pipeline import requests_by_cell
-    from runners import BUILTIN_RUNNERS
+    from runners import is_builtin
 
     families = {t.id: t.family for t in selection.templates}
     explanation = explain(run, engine, reference, requests_by_cell(cells), cache=ExplainCache() if cache else None,
-                          families=families, budget=budget or DEFAULT_BUDGET, engine_builtin=spec in BUILTIN_RUNNERS,
+                          families=families, budget=budget or DEFAULT_BUDGET, engine_builtin=is_builtin(spec),
                           progress=progress, only=only, max_groups=max_groups,
                           log=lambda line: print(line, file=sys.stderr, flush=True))
     explanation.annotate(run.results)

@@ -236,13 +236,13 @@ class GateSession:
         check that the baseline's known causes still reproduce. One engine at a time, one reference runner."""
         from conformance.explain.baseline import explain_with_baseline
         from conformance.explain.cache import ExplainCache
-        from runners import BUILTIN_RUNNERS
+        from runners import is_builtin
 
         with self._explain_lock:
             reference = self.runner(REFERENCE_RUNNER, role="explain")
             explain_with_baseline(results, runner, reference, self.requests(), cache=ExplainCache(),
                                   families={t.id: t.family for t in self.templates},
-                                  engine_builtin=spec in BUILTIN_RUNNERS)
+                                  engine_builtin=is_builtin(spec))
 
     def _run_capabilities(self, runner):
         from conformance.analysis.capabilities import compute_capabilities
