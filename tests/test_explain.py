@@ -120,6 +120,19 @@ def test_symptoms_keep_the_same_difference_only():
     assert edits("You are Qwen. Hi", "Answer in one sentence. Hi") == edits("Be brief. Hi", "Hi there. Hi")
 
 
+def test_far_apart_texts_are_diffed_line_by_line_with_the_same_edits():
+    """Two differences 600 lines apart leave a middle too long for one token diff (cubic on repeated single
+    spaces): lines are diffed first, then tokens inside each changed line, so the edits are the same."""
+    lines = [f"<|turn|> user {i} says hello there\n" for i in range(600)]
+    changed = list(lines)
+    changed[0], changed[-1] = lines[0].replace("hello", "hi"), lines[-1].replace("there\n", "there \n")
+    reference, engine = "".join(lines), "".join(changed)
+    from conformance.explain import signature
+
+    assert len(signature._TOKENS.findall(reference)) ** 2 > signature.TOKEN_DIFF_LIMIT
+    assert edits(reference, engine) == frozenset({("hello", "hi"), ("", " ")})
+
+
 def test_template_tree_keeps_the_exact_source_and_candidates_parse():
     source = ("{%- if messages[0].role == 'system' -%}\n  {{- messages[0].content | trim }}\n{%- elif x %}y"
               "{%- else %}{# c #}z{% endif %}\n{% for m in messages if m.role != 'system' %}{{ m.content }}"

@@ -28,6 +28,8 @@ from runners.hf import reference_refusal
 # Above this many characters of differing middle on either side, diff line by line first, then characters
 # inside each changed block (difflib is quadratic).
 CHAR_DIFF_LIMIT = 4000
+# Above this product of the two sides' token counts, diff lines first (see _line_edits).
+TOKEN_DIFF_LIMIT = 40_000
 SHORT_WORD = 8
 _DIGITS = re.compile(r"\d+")
 _TOKENS = re.compile(r"\s+|\w+|[^\w\s]")
@@ -117,8 +119,32 @@ def _raw_edits(a: str, b: str) -> list:
     # Words, whitespace runs and single punctuation marks first (so one word replaced by another is one edit,
     # and a prompt on one long line diffs fast), then characters inside a changed run without letters or
     # digits (whitespace and punctuation).
-    out = []
     a_tokens, b_tokens = _TOKENS.findall(a), _TOKENS.findall(b)
+    if len(a_tokens) * len(b_tokens) > TOKEN_DIFF_LIMIT:
+        return _line_edits(a, b)
+    return _token_edits(a_tokens, b_tokens)
+
+
+def _line_edits(a: str, b: str) -> list:
+    """Two texts too far apart for a token diff (difflib is cubic on long runs of repeated tokens such as single
+    spaces: an engine with its own format against a template's, 1,000 words each, took a minute): lines first,
+    then tokens inside each changed block small enough, the rest of a block one edit."""
+    a_lines, b_lines = a.splitlines(keepends=True), b.splitlines(keepends=True)
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a_lines, b_lines, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        left, right = "".join(a_lines[i1:i2]), "".join(b_lines[j1:j2])
+        a_tokens, b_tokens = _TOKENS.findall(left), _TOKENS.findall(right)
+        if len(a_tokens) * len(b_tokens) <= TOKEN_DIFF_LIMIT:
+            out.extend(_token_edits(a_tokens, b_tokens))
+        else:
+            out.append((left, right))
+    return out
+
+
+def _token_edits(a_tokens: list, b_tokens: list) -> list:
+    out = []
     matcher = difflib.SequenceMatcher(None, a_tokens, b_tokens, autojunk=False)
     changes = []   # (i1, i2, j1, j2): changed runs, merged across equal runs of single spaces between words
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
