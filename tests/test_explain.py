@@ -220,6 +220,9 @@ def test_a_slice_the_difference_does_not_need_can_go_and_a_stepped_one_is_a_culp
     assert [v.text for v in tpl.expression_variants(leaf)] == ["{%- set message = messages[0] %}"]
     assert culprits(constructs_of("{{ messages[::-1] }}")) == ["op:slice-step"]
     assert culprits(constructs_of("{{ messages[1:] }}")) == []  # a plain slice only carries the messages
+    # read with the reference's parser: its `{% generation %}` tag does not cost the template its constructs
+    assert culprits(constructs_of("{% generation %}{{ messages[::-1] }}{% endgeneration %}")) == \
+        ["op:slice-step", "stmt:generation"]
 
 
 def test_macro_inlining_and_loop_unrolling_give_parseable_smaller_templates():

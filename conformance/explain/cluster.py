@@ -45,11 +45,12 @@ OWN_OPS = frozenset({"op:slice-step"})
 
 
 def _stepped_slice(template: str) -> bool:
-    import jinja2
     from jinja2 import nodes
 
-    tree = jinja2.Environment(extensions=["jinja2.ext.loopcontrols"]).parse(template)
-    return any(node.step is not None for node in tree.find_all(nodes.Slice))
+    from conformance.explain.template import _env
+
+    # the reference's parser: a plain one refuses `{% generation %}`, and the whole construct list would go
+    return any(node.step is not None for node in _env().parse(template).find_all(nodes.Slice))
 
 
 def constructs_of(template: str) -> list:
