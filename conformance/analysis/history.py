@@ -20,7 +20,7 @@ from collections import defaultdict
 from typing import Callable, Optional, Sequence
 
 from conformance.judge.goldens import ENCODING_ERRORS
-from conformance.judge.status import Status, figure
+from conformance.judge.status import NON_MATCHING, Status, figure
 
 FORMAT = 1
 EXAMPLES = 5        # cells listed per cause group
@@ -116,6 +116,24 @@ def compare(before, after, cause_of: CauseOf = signature) -> dict:
                     for label, members in sorted(changed_groups.items(), key=lambda item: (-len(item[1]), item[0]))],
         "cells_introduced": len(introduced), "cells_fixed": len(fixed), "cells_changed": len(changed),
     }
+
+
+def involved_cells(runs: Sequence, index: int) -> set:
+    """The cells of runs[index] that do not pass and that a change involves (as `compare` sees changes): judged
+    at a neighbouring version too, and passing there or failing there with another signature. Only those
+    need a root cause."""
+    wanted = set()
+    neighbours = [runs[i] for i in (index - 1, index + 1) if 0 <= i < len(runs)]
+    for key, result in runs[index].by_cell.items():
+        if result.status not in NON_MATCHING:   # the statuses a root cause explains
+            continue
+        for other in neighbours:
+            twin = other.by_cell.get(key)
+            if twin is None or not Status(twin.status).judged:
+                continue
+            if twin.passed or signature(twin) != signature(result):
+                wanted.add(key)
+    return wanted
 
 
 def _template_verdicts(run) -> dict:

@@ -38,36 +38,19 @@ def parse_versions(runner: str, text: str) -> list:
     return versions
 
 
-def _cells_to_explain(runs: list, index: int) -> set:
-    """The non-matching cells of runs[index] that a change involves: judged on a neighbouring version too, and
-    passing there or failing there with another signature. Only those need a root cause."""
-    from conformance.analysis.history import signature
-    from conformance.judge.status import NON_MATCHING, Status
-
-    wanted = set()
-    for key, result in runs[index].by_cell.items():
-        if result.status not in NON_MATCHING:
-            continue
-        for other in (runs[index - 1] if index else None, runs[index + 1] if index + 1 < len(runs) else None):
-            twin = other.by_cell.get(key) if other is not None else None
-            if twin is None or not Status(twin.status).judged:
-                continue
-            if twin.passed or signature(twin) != signature(result):
-                wanted.add(key)
-    return wanted
-
-
-def explain_changes(args, runs: list, specs: list, selection, cells) -> dict:
+def explain_changes(args, runs: list, versions: list, selection, cells) -> dict:
     """Reduce the cells each change involves to root causes (chatgold explain, cached), version by version, and
     record each explained cell's cause id on its result. Returns cause id -> what the history shows of it."""
+    from conformance.analysis.history import involved_cells
     from conformance.cli.explain import explain_run
     from runners import REFERENCE_RUNNER, get_runner
 
     causes: dict = {}
     reference = None
     try:
-        for index, spec in enumerate(specs):
-            only = _cells_to_explain(runs, index)
+        for index, version in enumerate(versions):
+            spec = f"{args.runner}@{version}"
+            only = involved_cells(runs, index)
             if not only:
                 continue
             if reference is None:
@@ -83,7 +66,7 @@ def explain_changes(args, runs: list, specs: list, selection, cells) -> dict:
                 repro = cause.repro()
                 causes.setdefault(cause.id, {"title": cause.title, "constructs": list(cause.constructs),
                                              "template": repro["template"], "versions": []})
-                causes[cause.id]["versions"].append(specs[index].partition("@")[2])
+                causes[cause.id]["versions"].append(version)
     finally:
         if reference is not None:
             reference.close()
@@ -109,10 +92,9 @@ def cmd_history(args) -> int:
     selection = selection_from_args(args)
     cells = selection.cells()
     judge = GoldenJudge(GoldenStore())
-    runs, installs, specs = [], [], []
+    runs, installs = [], []
     for version in versions:
         spec = f"{args.runner}@{version}"
-        specs.append(spec)
         started = time.perf_counter()
         runner = get_runner(spec, workers=args.workers, timeout=args.timeout)  # installs on first use
         try:
@@ -124,7 +106,7 @@ def cmd_history(args) -> int:
             runner.close()
         installs.append({"open_seconds": round(opened, 2)})
     if args.causes == "root":
-        causes = explain_changes(args, runs, specs, selection, cells)
+        causes = explain_changes(args, runs, versions, selection, cells)
         history = build_history(args.runner, versions, runs, cause_of=root_cause_of, cause_kind="root",
                                 installs=installs, causes=causes)
     else:
