@@ -159,6 +159,17 @@ def render_native(env, source: str, context: dict, name: str = "chat_template") 
     return env.render_template(_root_for(env, structured, name), **strings)
 
 
+# A product's own `tojson` cannot be a Python filter handed the value: the binding hands Python an integral float
+# as an int (0.0 arrives as 0). So each `|tojson(...)` is routed through MiniJinja's own compact tojson (exact
+# values) into the product's filter, which gets the arguments and re-serialises the JSON text.
+_TOJSON_USE = re.compile(r"\|\s*tojson\b(\s*\([^()]*\))?")
+
+
+def with_own_tojson(source: str, name: str) -> str:
+    """Every `|tojson(...)` in `source` routed through MiniJinja's tojson into the filter `name`."""
+    return _TOJSON_USE.sub(lambda m: f"|tojson|{name}{m.group(1) or ''}", source)
+
+
 def error_text(exc) -> str:
     """The engine's own message for the failure inside the chat template (the include wrapper peeled off)."""
     causes = [line[len("caused by: "):] for line in str(exc).splitlines() if line.startswith("caused by: ")]

@@ -46,6 +46,7 @@ from .minijinja_runner import (
     EngineRefusal,
     MiniJinjaRenderer,
     serve_renderer,
+    with_own_tojson,
 )
 
 PRODUCT_VERSION = "0.9.5"
@@ -80,17 +81,8 @@ def no_urlencode(*args, **kwargs):
     raise ProductRefusal("unknown filter: filter urlencode is unknown")
 
 
-# mistral.rs registers its own `tojson`. A Python filter cannot stand in for it directly: the binding hands Python
-# an integral float as an int (0.0 arrives as 0). So each `|tojson(...)` is routed through MiniJinja's own
-# compact tojson (exact values) into this filter, which re-serialises as mistral.rs does.
+# mistral.rs registers its own `tojson`: this filter, fed MiniJinja's JSON of the value (with_own_tojson).
 TOJSON_FILTER = "chatgold_mistralrs_tojson"
-_TOJSON_USE = re.compile(r"\|\s*tojson\b(\s*\([^()]*\))?")
-
-
-def with_own_tojson(source: str, name: str = TOJSON_FILTER) -> str:
-    """Every `|tojson(...)` routed through MiniJinja's compact tojson into the filter `name`, which gets the
-    arguments (the binding would hand a Python filter 0.0 as 0; the JSON text keeps it a float)."""
-    return _TOJSON_USE.sub(lambda m: f"|tojson|{name}{m.group(1) or ''}", source)
 
 
 def rewrite_source(source: str) -> str:
@@ -271,7 +263,7 @@ class MistralRsRenderer(MiniJinjaRenderer):
             tools = [reshaped_tool(t) for t in request.tools]
             names = [t["function"]["name"] for t in tools]
             context.update(tools=tools, xml_tools=tools, builtin_tools=[n for n in names if n in BUILTIN_TOOLS])
-        return with_own_tojson(rewrite_source(request.template)), context
+        return with_own_tojson(rewrite_source(request.template), TOJSON_FILTER), context
 
     def compile_refusal(self, source: str):
         return loop_control_refusal(source)

@@ -28,8 +28,8 @@ from runners.minijinja_runner import (  # noqa: E402
     load_template,
     minijinja_version,
     render_native,
+    with_own_tojson,
 )
-from runners.mistralrs_runner import with_own_tojson  # noqa: E402
 
 # MiniJinja pycompat methods (measured on minijinja 3.1.0) that ferrox's python_method does not provide.
 NOT_IN_FERROX = {
@@ -292,4 +292,4 @@ if __name__ == "__main__":
     engine = Ferrox()
     serve({"name": "ferrox", "version": f"ferrox chat_template.rs on minijinja {minijinja_version()}",
            "language": "rust", "homepage": "seed 000: ferrox chat_template.rs"}, engine.render,
-          build=harness_build(__file__, ["minijinja_runner.py", "mistralrs_runner.py"], ["minijinja"]))
+          build=harness_build(__file__, ["minijinja_runner.py"], ["minijinja"]))
