@@ -120,6 +120,15 @@ def test_symptoms_keep_the_same_difference_only():
     assert edits("You are Qwen. Hi", "Answer in one sentence. Hi") == edits("Be brief. Hi", "Hi there. Hi")
 
 
+def test_a_title_quotes_the_refusal_as_said_while_the_symptom_reads_digits_as_zero():
+    from conformance.explain import cluster
+    said = Raised("UndefinedError: list object has no element -1 (in chat_template:4)", RefusalKind.RENDER)
+    symptom = compare(said, Rendered("x"))
+    assert symptom.refusal.endswith("has no element -0")   # one symptom with -2
+    title = cluster.title(symptom, ["op:subscript"], said, Rendered("x"))
+    assert title.endswith("(UndefinedError: list object has no element -1)"), title
+
+
 def test_far_apart_texts_are_diffed_line_by_line_with_the_same_edits():
     """Two differences 600 lines apart leave a middle too long for one token diff (cubic on repeated single
     spaces): lines are diffed first, then tokens inside each changed line, so the edits are the same."""

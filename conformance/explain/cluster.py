@@ -25,7 +25,7 @@ from typing import Iterable
 
 from conformance.explain.signature import (
     Symptom,
-    normalise_message,
+    first_line,
     normalise_text,
     raw_edits,
 )
@@ -183,10 +183,10 @@ def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engin
     if ignores_template:
         names = ["(ignores the template)"]
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
-        message = _shorten(normalise_message(engine.message), 80)
+        message = _shorten(first_line(engine.message), 80)
         return f"{who}: the engine refuses ({message})" if names else f"the engine refuses: {message}"
     if symptom.status == Status.ENGINE_RENDERED:
-        message = _shorten(normalise_message(reference.message), 80)
+        message = _shorten(first_line(reference.message), 80)
         return (f"{who}: renders where the reference refuses ({message})" if names else
                 f"renders where the reference refuses ({message})")
     ref, eng = reference.text, engine.text

@@ -92,11 +92,16 @@ def normalise_text(text: str) -> str:
     return _NUMBERS.sub("0", _WORDS.sub("a", text))
 
 
-def normalise_message(message: str) -> str:
-    """An engine's or the reference's refusal message: its first line, without locations, digits as 0."""
+def first_line(message: str) -> str:
+    """A refusal message as a title shows it: its first line, without locations (digits kept)."""
     first = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
-    first = _LOCATION.sub("", first)
-    return _DIGITS.sub("0", first).strip()[:300]
+    return _LOCATION.sub("", first).strip()
+
+
+def normalise_message(message: str) -> str:
+    """An engine's or the reference's refusal message as symptoms compare it: its first line, without
+    locations, digits as 0."""
+    return _DIGITS.sub("0", first_line(message))[:300]
 
 
 def _raw_edits(a: str, b: str) -> list:
