@@ -38,39 +38,44 @@ def parse_versions(runner: str, text: str) -> list:
     return versions
 
 
-def explain_changes(args, runs: list, versions: list, selection, cells) -> dict:
-    """Reduce the cells each change involves to root causes (chatgold explain, cached), version by version, and
-    record each explained cell's cause id on its result. Returns cause id -> what the history shows of it."""
-    from conformance.analysis.history import involved_cells
-    from conformance.cli.explain import explain_run
-    from runners import REFERENCE_RUNNER, get_runner
+class ChangeExplainer:
+    """Reduces the cells each change involves to root causes (chatgold explain, cached), version by version,
+    recording each explained cell's cause id on its result. A version's cells can be explained once the next
+    version is rendered (a change involves both neighbours), so its runner is handed over still open and closed
+    here: no version is started twice."""
 
-    causes: dict = {}
-    reference = None
-    try:
-        for index, version in enumerate(versions):
-            spec = f"{args.runner}@{version}"
+    def __init__(self, args, selection, cells):
+        self.args, self.selection, self.cells = args, selection, cells
+        self.causes: dict = {}   # cause id -> what the history shows of it
+        self.reference = None
+
+    def explain(self, runs: list, versions: list, index: int, engine) -> None:
+        from conformance.analysis.history import involved_cells
+        from conformance.cli.explain import explain_run
+        from runners import REFERENCE_RUNNER, get_runner
+
+        args, version = self.args, versions[index]
+        spec = f"{args.runner}@{version}"
+        try:
             only = involved_cells(runs, index)
             if not only:
-                continue
-            if reference is None:
-                reference = get_runner(REFERENCE_RUNNER, workers=args.workers, timeout=args.timeout)
-            engine = get_runner(spec, workers=args.workers, timeout=args.timeout)
-            try:
-                explanation = explain_run(runs[index], engine, reference, selection, cells, spec,
-                                          cache=not args.no_cache, budget=args.budget, only=only,
-                                          max_groups=args.max_groups, progress=progress_printer(f"{spec} causes"))
-            finally:
-                engine.close()
-            for cause in explanation.causes:
-                repro = cause.repro()
-                causes.setdefault(cause.id, {"title": cause.title, "constructs": list(cause.constructs),
-                                             "template": repro["template"], "versions": []})
-                causes[cause.id]["versions"].append(version)
-    finally:
-        if reference is not None:
-            reference.close()
-    return causes
+                return
+            if self.reference is None:
+                self.reference = get_runner(REFERENCE_RUNNER, workers=args.workers, timeout=args.timeout)
+            explanation = explain_run(runs[index], engine, self.reference, self.selection, self.cells, spec,
+                                      cache=not args.no_cache, budget=args.budget, only=only,
+                                      max_groups=args.max_groups, progress=progress_printer(f"{spec} causes"))
+        finally:
+            engine.close()
+        for cause in explanation.causes:
+            repro = cause.repro()
+            self.causes.setdefault(cause.id, {"title": cause.title, "constructs": list(cause.constructs),
+                                              "template": repro["template"], "versions": []})
+            self.causes[cause.id]["versions"].append(version)
+
+    def close(self) -> None:
+        if self.reference is not None:
+            self.reference.close()
 
 
 def root_cause_of(result) -> str:
@@ -93,22 +98,39 @@ def cmd_history(args) -> int:
     cells = selection.cells()
     judge = GoldenJudge(GoldenStore())
     runs, installs = [], []
-    for version in versions:
-        spec = f"{args.runner}@{version}"
-        started = time.perf_counter()
-        runner = get_runner(spec, workers=args.workers, timeout=args.timeout)  # installs on first use
-        try:
-            if hasattr(runner, "start"):
-                runner.start()
-            opened = time.perf_counter() - started
-            runs.append(run(runner, cells, judge, args.expectations, progress_printer(spec)))
-        finally:
-            runner.close()
-        installs.append({"open_seconds": round(opened, 2)})
-    if args.causes == "root":
-        causes = explain_changes(args, runs, versions, selection, cells)
+    explainer = ChangeExplainer(args, selection, cells) if args.causes == "root" else None
+    waiting = None   # the previous version's runner, open until its cells are explained
+    try:
+        for index, version in enumerate(versions):
+            spec = f"{args.runner}@{version}"
+            started = time.perf_counter()
+            runner = get_runner(spec, workers=args.workers, timeout=args.timeout)  # installs on first use
+            try:
+                if hasattr(runner, "start"):
+                    runner.start()
+                opened = time.perf_counter() - started
+                runs.append(run(runner, cells, judge, args.expectations, progress_printer(spec)))
+            except BaseException:
+                runner.close()
+                raise
+            installs.append({"open_seconds": round(opened, 2)})
+            if explainer is None:
+                runner.close()
+                continue
+            previous, waiting = waiting, runner
+            if previous is not None:
+                explainer.explain(runs, versions, index - 1, previous)   # closes it
+        if waiting is not None:
+            last, waiting = waiting, None
+            explainer.explain(runs, versions, len(versions) - 1, last)   # closes it
+    finally:
+        if waiting is not None:
+            waiting.close()
+        if explainer is not None:
+            explainer.close()
+    if explainer is not None:
         history = build_history(args.runner, versions, runs, cause_of=root_cause_of, cause_kind="root",
-                                installs=installs, causes=causes)
+                                installs=installs, causes=explainer.causes)
     else:
         history = build_history(args.runner, versions, runs, cause_of=signature, installs=installs)
     for line in history_lines(history):
