@@ -72,7 +72,10 @@ def main() -> None:
                             token_source="none", max_seqs=1, no_paged_attn=True, jinja_explicit=str(explicit))
             response = runner.send_chat_completion_request(ChatCompletionRequest(**request))
             answer = {"equal": response.usage.prompt_tokens >= len(MARK)}
-        except Exception as exc:  # the product refused the request or the template: its message
+        except BaseException as exc:  # the product refused the request or the template: its message
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                raise
+            # a Rust panic (a request the Python API indexes blindly) is pyo3's PanicException, a BaseException
             answer = {"refused": f"{type(exc).__name__}: {exc}"}
         out.write(json.dumps(answer) + "\n")
 

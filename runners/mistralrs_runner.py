@@ -16,13 +16,19 @@ What is reproduced, and from where (mistral.rs, github.com/EricLBuehler/mistral.
   model has none), date_string (`%d, %B, %Y` of now), enable_thinking (true unless the request says false),
   reasoning_effort only when requested; `tools` only when the request has tools (then also `xml_tools` and
   `builtin_tools`); no `tools` variable at all for an empty list.
-- the Python API's message shape (`mistralrs-pyo3`, observed with the 0.9.5 wheel): only `role` and `content`
-  reach the template; a content list of one text part becomes that text, of several text parts one text part
-  joined with a space (outside a user message: refused); a message value that is not a string or a list of
-  string maps (`content: null`, tool calls with object arguments) is refused by the type conversion; tools are
-  re-shaped to {type, function: {name, description?, parameters (type, properties, required,
-  additionalProperties first), strict?}}. Image parts take a vision path this runner does not reproduce:
-  such cells are Skipped, saying so.
+- the Python API's message shape (`mistralrs-pyo3` `lib.rs` @3961bcfc and `requests.rs` @0a082626, whose texts
+  match the 0.9.5 wheel): only `role` and `content` reach the template, and a message missing either is a
+  Rust panic ("no entry found for key"); a content list of one part becomes that part's `text`, whatever its
+  type; of several parts, a user message's only (other roles refused), each part checked (a text part needs a
+  string `text`, an image part its `image_url`), text parts joined with a space into one text part; a message
+  value that is not a string or a list of string maps (`content: null`, tool calls with object arguments) is
+  refused by the type conversion. Image, audio and video parts take a media path this runner does not
+  reproduce: such cells are Skipped, saying so.
+- tools (`mistralrs-mcp/src/tools.rs` @051db54b): each is read by serde from `json.dumps(tool)`, so a tool its
+  `Tool` struct cannot hold (no `type`, a type other than "function", no `function.name`, `parameters` not a
+  map) is refused with serde's message (runners/serde_shapes.py); a held tool is re-shaped to {type,
+  function: {name, description?, parameters (type, properties, required, additionalProperties first),
+  strict?}}, `arguments` read as `parameters`.
 - the product's features: the workspace asks MiniJinja for `builtins` and `json` only, so `{% break %}` /
   `{% continue %}` are "unknown statement" syntax errors and `urlencode` is an unknown filter (the PyPI binding
   has both: the runner refuses them as the product does); `preserve_order` is on in 0.9.5 (observed).
@@ -40,6 +46,7 @@ import json
 import re
 from typing import Optional
 
+from . import serde_shapes as shapes
 from .base import Raised, RefusalKind, RenderRequest, Skipped
 from .minijinja_runner import (
     BindingRunner,
@@ -127,27 +134,88 @@ class NotReproduced(Exception):
     """A request path of the product this runner does not reproduce (the cell is Skipped, saying so)."""
 
 
+# mistralrs-pyo3's lib.rs reads `message["role"]` and `message["content"]` from a HashMap and unwraps the
+# role as a string: a missing key or a list role is a Rust panic (texts observed with the 0.9.5 wheel).
+MISSING_KEY_PANIC = "no entry found for key"
+ROLE_PANIC = "called `Option::unwrap()` on a `None` value"
+MEDIA_PARTS = ("image_url", "audio_url", "video_url")
+
+
+def _part_refusal(part: dict) -> Optional[str]:
+    """The wheel's refusal of one part of a several-part content, or None (observed with the 0.9.5 wheel)."""
+    kind = part.get("type")
+    if kind == "text":
+        if "text" not in part:
+            return "Text sub-content must have `text` key."
+        if not isinstance(part["text"], str):
+            return "Text sub-content `text` key must be a string."
+        return None
+    if kind == "image_url":
+        return None if "image_url" in part else "Image sub-content must have `image_url` key."
+    if kind == "audio_url":
+        url = part.get("audio_url")
+        return None if isinstance(url, dict) and "url" in url else \
+            "Audio sub-content `audio_url` object must have a `url` key."
+    if kind == "video_url":
+        return None
+    return PART_FORMAT_ERROR
+
+
+def _debug_map(value: dict) -> str:
+    """A HashMap<String, String> as Rust's `{:?}` prints it."""
+    return "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {json.dumps(v, ensure_ascii=False)}"
+                           for k, v in value.items()) + "}"
+
+
 def python_api_message(message: dict) -> dict:
-    """A message as the mistralrs Python API hands it to the template (observed with the 0.9.5 wheel): only
-    role and content; a list content of one text part becomes that text, of several text parts one text part
-    joined with a space (a user message only: other roles are refused)."""
+    """A message as the mistralrs Python API hands it to the template (mistralrs-pyo3 lib.rs, observed with the
+    0.9.5 wheel): only role and content. A content list of one part becomes that part's `text` whatever its
+    type; of any other length it is a user message's only (refused for other roles), each part checked, text
+    parts joined with a space into one text part."""
     if not all(_converts(value) for value in message.values()):
         raise ProductRefusal(CONVERSION_ERROR)
-    content = message.get("content")
+    if "role" not in message or "content" not in message:
+        raise ProductRefusal(MISSING_KEY_PANIC)
+    if not isinstance(message["role"], str):
+        raise ProductRefusal(ROLE_PANIC)
+    content = message["content"]
     if isinstance(content, list):
-        kinds = {part.get("type") for part in content}
-        if not kinds <= {"text", "image_url"}:
-            raise ProductRefusal(PART_FORMAT_ERROR)
-        if "image_url" in kinds:
-            raise NotReproduced("mistralrs's image-message preprocessing (image_url parts) is not reproduced")
-        texts = [str(part.get("text", "")) for part in content]
-        if len(texts) == 1:
-            content = texts[0]
-        elif message.get("role") != "user":
+        if len(content) == 1:
+            if "text" not in content[0]:
+                raise ProductRefusal("Expected `text` key in input message.")
+            text = content[0]["text"]
+            if isinstance(text, dict) and len(text) > 1:
+                raise NotReproduced("mistralrs prints a map `text` with Rust's HashMap order, which varies")
+            content = _debug_map(text) if isinstance(text, dict) else text
+        elif message["role"] != "user":
             raise ProductRefusal(ROLE_ERROR)
         else:
-            content = [{"type": "text", "text": " ".join(texts)}]
-    return {"role": message.get("role"), "content": content}
+            for part in content:
+                refused = _part_refusal(part)
+                if refused is not None:
+                    raise ProductRefusal(refused)
+            if any(part.get("type") in MEDIA_PARTS for part in content):
+                raise NotReproduced("mistralrs's media-message preprocessing (image, audio, video parts) is not "
+                                    "reproduced")
+            content = [{"type": "text", "text": " ".join(part["text"] for part in content)}]
+    return {"role": message["role"], "content": content}
+
+
+# mistralrs-mcp/src/tools.rs @051db54b: `Tool {#[serde(rename = "type")] tp: ToolType, function: Function}`,
+# ToolType's one variant "function", `Function {description: Option<String>, name: String, #[serde(alias =
+# "arguments")] parameters: Option<HashMap<String, Value>>, strict: Option<bool>}`; each tool is read from
+# `json.dumps(tool)` (the Python API takes `tool_schemas` as JSON strings), so serde's columns count in that.
+_FUNCTION = shapes.Struct("Function", [
+    shapes.Field("description", shapes.Str(nullable=True), required=False), shapes.Field("name", shapes.Str()),
+    shapes.Field("parameters", shapes.MapOf(nullable=True), required=False, aliases=("arguments",)),
+    shapes.Field("strict", shapes.Bool(nullable=True), required=False)])
+TOOL = shapes.Struct("Tool", [shapes.Field("type", shapes.UnitEnum(("function",))),
+                              shapes.Field("function", _FUNCTION)])
+
+
+def tool_refusal(tool) -> Optional[str]:
+    error = shapes.first_error(TOOL, tool, separators=(", ", ": "), ensure_ascii=True)
+    return None if error is None else error.text(with_path=False)
 
 
 def _ordered_parameters(parameters):
@@ -160,15 +228,16 @@ def _ordered_parameters(parameters):
 
 
 def reshaped_tool(tool: dict) -> dict:
-    """A tool as the template sees it: {type, function: {name, description?, parameters, strict?}}."""
-    function = tool.get("function", {}) if isinstance(tool, dict) else {}
-    out = {"name": function.get("name")}
+    """A tool (one TOOL holds) as the template sees it: {type, function: {name, description?, parameters,
+    strict?}}, `parameters` read under its alias `arguments` too."""
+    function = tool["function"]
+    out = {"name": function["name"]}
     if function.get("description") is not None:
         out["description"] = function["description"]
-    out["parameters"] = _ordered_parameters(function.get("parameters"))
+    out["parameters"] = _ordered_parameters(function.get("parameters", function.get("arguments")))
     if function.get("strict") is not None:
         out["strict"] = function["strict"]
-    return {"type": tool.get("type", "function"), "function": out}
+    return {"type": tool["type"], "function": out}
 
 
 _RYU_MARK = re.compile(r'"\\u0000ryu:([^"]*)"')
@@ -253,6 +322,10 @@ class MistralRsRenderer(MiniJinjaRenderer):
             return Raised(str(exc), RefusalKind.RENDER)
         except NotReproduced as exc:
             return Skipped(str(exc))
+        for tool in request.tools or ():
+            refused = tool_refusal(tool)
+            if refused is not None:
+                return Raised(refused, RefusalKind.RENDER)
         now = self._parse_now(request.now)
         context = {"messages": messages, "add_generation_prompt": True, "bos_token": request.bos_token,
                    "eos_token": request.eos_token, "unk_token": None, "date_string": now.strftime("%d, %B, %Y"),

@@ -22,41 +22,52 @@ the OpenAI-style request and the rendered prompt is reproduced here, from TGI's 
   source rewrites before compiling: `messages[0]['content'][0]['text']` -> `messages[0]['content']`,
   `[::-1]` -> `|reverse`, and exactly `{% generation %}` / `{% endgeneration %}` removed (a
   whitespace-controlled `{%- generation -%}` is not matched, so it stays an unknown statement).
+- the request (`router/src/lib.rs` @1b374af6959705ee2912cf839bc83cd159c0860c, a v3.x commit): read by serde
+  into `ChatRequest`, so a body its structs cannot hold is answered 422 before any template runs, with axum's
+  "Failed to deserialize the JSON body into the target type: <path>: <serde's message> at line 1 column C".
+  The runner checks the same shapes (runners/serde_shapes.py): `Message {role: String, #[serde(flatten)] body:
+  MessageBody, name: Option<String>}`, the untagged `MessageBody {Content {content}, Tool {tool_calls}}`
+  (content a string or a list of `text` / `image_url` parts; a present, valid content wins over tool calls),
+  `ToolCall {id, type, function}` and `Tool {type, function}`, all required, and `FunctionDefinition
+  {description: Option, name, arguments (alias parameters): serde_json::Value, required}`. C counts bytes of
+  the body as this runner fixes it, `{"model":"tgi","messages":...,"tools":...}` serialised compactly with
+  non-ASCII kept (a client's own serialisation moves C, never the message).
 - variables (`ChatTemplateInputs`): messages, bos_token, eos_token (`none` when the model has none),
   add_generation_prompt always true, tools (`none` without tools).
-- messages (`router/src/lib.rs`, `impl From<Message> for TextMessage`): content parts joined with "" (text
-  verbatim, image_url as `![](url)`); `name` dropped; an assistant message carrying tool_calls and no content
-  gets `content` = the tool calls serialised compactly as {id, type, function: {description, name,
-  arguments}}; a message with neither content nor tool calls is rejected (the request does not deserialise).
+- messages (`impl From<Message> for TextMessage`): content parts joined with "" (text verbatim, image_url as
+  `![](url)`); `name` dropped; `tool_call_id` never reaches the template (`..Default::default()`, skipped
+  when none); a message whose body is tool calls gets `content` = the calls serialised compactly as {id, type,
+  function: {description, name, arguments}}.
+- `arguments` is serialised as a string (`serialize_as_string`: the value's compact JSON), in tool calls and
+  in tools alike: a tool reaches the template as {type, function: {description, name, arguments: "<the schema
+  as JSON text>"}}, and string arguments are encoded twice. Checked against serde itself: TGI's structs,
+  compiled with serde 1.0.152 / serde_json 1.0.87 / serde_path_to_error 0.1.9, gave the texts
+  tests/data/tgi_request_shapes.json records.
 - tools (`chat_template.rs` `apply` and `router/src/infer/tool_grammar.rs` @f213012b08346a3bfc56d96cc2b53bd67ba340d8):
-  a `no_tool` function is appended; the tools reach the template as {type, function: {description, name,
-  arguments}} (the schema under `arguments`); the tool prompt (TGI's default) is appended to the last message,
+  a `no_tool` function is appended; the tool prompt (TGI's default) is appended to the last message,
   after "\n---\n" and, when the template does not use `tools`, after the tools' JSON as well.
 - v3.x "continue final message": when the last message is the assistant's, the rendered prompt is cut right
   after the last occurrence of its content and trailing whitespace removed.
 
 What TGI's request cannot carry is Skipped, never faked: `add_generation_prompt: false`, documents, and template
 kwargs (TGI has no chat_template_kwargs). Known uncertainties, not checkable without a TGI binary: whether an
-empty `tools` list injects the tool prompt (treated as no tools), whether `tool_call_id` reaches the
-template (passed when the request has it), and whether JSON maps keep their order (kept).
+empty `tools` list injects the tool prompt (treated as no tools), and whether JSON maps keep their order
+(kept; `arguments` texts are written with the request's key order).
 """
 from __future__ import annotations
 
 import json
 
+from . import serde_shapes as shapes
 from .base import Raised, RefusalKind, RenderRequest, Skipped
-from .minijinja_runner import (
-    BindingRunner,
-    EngineRefusal,
-    MiniJinjaRenderer,
-    serve_renderer,
-)
+from .minijinja_runner import BindingRunner, MiniJinjaRenderer, serve_renderer
 from .mistralrs_runner import no_urlencode
 
 PRODUCT_VERSION = "3.x"
 BINDING_VERSION = "2.9.0"
 HOMEPAGE = "https://github.com/huggingface/text-generation-inference"
 SOURCE = ("router/src/infer/chat_template.rs @0275c52cbdfb3ce619d9cf7323e5acc41027bbe7, "
+          "router/src/lib.rs @1b374af6959705ee2912cf839bc83cd159c0860c, "
           "router/src/infer/tool_grammar.rs @f213012b08346a3bfc56d96cc2b53bd67ba340d8, Cargo.lock @00ee4fb250ad")
 DEFAULT_TOOL_PROMPT = ("\nGiven the functions available, please respond with a JSON for a function call with its "
                        "proper arguments that best answers the given prompt. Respond in the format {name: function "
@@ -67,10 +78,41 @@ NO_TOOL = {"type": "function", "function": {
                   "required": ["content"]}}}
 REWRITES = (("messages[0]['content'][0]['text']", "messages[0]['content']"), ("[::-1]", "|reverse"),
             ("{% generation %}", ""), ("{% endgeneration %}", ""))
+REJECTED = "Failed to deserialize the JSON body into the target type: "
+
+# The request structs of router/src/lib.rs @1b374af6, with the serde attributes that decide what is refused.
+_FUNCTION = shapes.Struct("FunctionDefinition", [
+    shapes.Field("description", shapes.Str(nullable=True), required=False), shapes.Field("name", shapes.Str()),
+    shapes.Field("arguments", shapes.Any_(), aliases=("parameters",))])
+_TOOL = shapes.Struct("Tool", [shapes.Field("type", shapes.Str()), shapes.Field("function", _FUNCTION)])
+_TOOL_CALL = shapes.Struct("ToolCall", [shapes.Field("id", shapes.Str()), shapes.Field("type", shapes.Str()),
+                                        shapes.Field("function", _FUNCTION)])
+_CHUNK = shapes.Tagged("type", {
+    "text": shapes.Struct("Text", [shapes.Field("text", shapes.Str())]),
+    "image_url": shapes.Struct("ImageUrl", [shapes.Field("image_url", shapes.Struct("Url", [
+        shapes.Field("url", shapes.Str())]))])})
+_CONTENT_BODY = shapes.Struct("Content", [shapes.Field("content", shapes.OneOf([shapes.Str(), shapes.Seq(_CHUNK)]))])
+_BODY = shapes.Untagged("MessageBody", [_CONTENT_BODY, shapes.Struct("Tool", [
+    shapes.Field("tool_calls", shapes.Seq(_TOOL_CALL))])])
+_MESSAGE = shapes.Struct("Message", [shapes.Field("role", shapes.Str()),
+                                     shapes.Field("name", shapes.Str(nullable=True), required=False)], flatten=_BODY)
+REQUEST = shapes.Struct("ChatRequest", [
+    shapes.Field("model", shapes.Str(nullable=True), required=False), shapes.Field("messages", shapes.Seq(_MESSAGE)),
+    shapes.Field("tools", shapes.Seq(_TOOL, nullable=True), required=False)])
 
 
-class RequestRejected(EngineRefusal):
-    """TGI answers the request with an error before any template runs."""
+def request_body(request: RenderRequest) -> dict:
+    """The chat request as this runner posts it (the order of its keys fixes serde's error columns)."""
+    body = {"model": "tgi", "messages": request.messages}
+    if request.tools is not None:
+        body["tools"] = request.tools
+    return body
+
+
+def rejection(body: dict):
+    """TGI's 422 for a body its structs cannot hold, or None."""
+    error = shapes.first_error(REQUEST, body, separators=(",", ":"), ensure_ascii=False)
+    return None if error is None else REJECTED + error.text(with_path=True)
 
 
 def compact(value) -> str:
@@ -78,46 +120,30 @@ def compact(value) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+def tgi_function(function: dict) -> dict:
+    """A FunctionDefinition as it serialises: `arguments` (or its alias `parameters`) as its own JSON text."""
+    arguments = function["arguments"] if "arguments" in function else function["parameters"]
+    return {"description": function.get("description"), "name": function["name"], "arguments": compact(arguments)}
+
+
 def tgi_tool(tool: dict) -> dict:
-    function = tool.get("function", {})
-    return {"type": tool.get("type", "function"),
-            "function": {"description": function.get("description"), "name": function.get("name"),
-                         "arguments": function.get("parameters", function.get("arguments"))}}
+    return {"type": tool["type"], "function": tgi_function(tool["function"])}
 
 
 def tgi_tool_call(call: dict) -> dict:
-    function = call.get("function", {})
-    return {"id": call.get("id", ""), "type": call.get("type", "function"),
-            "function": {"description": function.get("description"), "name": function.get("name"),
-                         "arguments": function.get("arguments")}}
+    return {"id": call["id"], "type": call["type"], "function": tgi_function(call["function"])}
 
 
 def text_message(message: dict) -> dict:
-    """TGI's TextMessage for one request message."""
-    content = message.get("content")
-    if content is None:
-        calls = message.get("tool_calls")
-        if not calls:
-            raise RequestRejected("Failed to deserialize the JSON body into the target type: messages: data did not "
-                                  "match any variant of untagged enum MessageBody")
-        text = compact([tgi_tool_call(c) for c in calls])
-    elif isinstance(content, list):
-        pieces = []
-        for part in content:
-            if part.get("type") == "image_url":
-                pieces.append(f"![]({part.get('image_url', {}).get('url', '')})")
-            elif part.get("type") == "text":
-                pieces.append(str(part.get("text", "")))
-            else:
-                raise RequestRejected(f"Failed to deserialize the JSON body into the target type: messages: unknown "
-                                      f"variant `{part.get('type')}`, expected `text` or `image_url`")
-        text = "".join(pieces)
+    """TGI's TextMessage for one request message the request structs hold."""
+    if shapes.holds(_CONTENT_BODY, message):
+        content = message["content"]
+        if isinstance(content, list):
+            content = "".join(part["text"] if part["type"] == "text" else f"![]({part['image_url']['url']})"
+                              for part in content)
     else:
-        text = str(content)
-    out = {"role": message.get("role"), "content": text}
-    if message.get("tool_call_id") is not None:
-        out["tool_call_id"] = message["tool_call_id"]
-    return out
+        content = compact([tgi_tool_call(call) for call in message["tool_calls"]])
+    return {"role": message["role"], "content": content}
 
 
 class TGIRenderer(MiniJinjaRenderer):
@@ -152,13 +178,13 @@ class TGIRenderer(MiniJinjaRenderer):
         source = request.template
         for old, new in REWRITES:
             source = source.replace(old, new)
-        try:
-            messages = [text_message(m) for m in request.messages]
-        except RequestRejected as exc:
-            return Raised(str(exc), RefusalKind.RENDER)
+        refused = rejection(request_body(request))
+        if refused is not None:
+            return Raised(refused, RefusalKind.RENDER)
+        messages = [text_message(m) for m in request.messages]
         tools = None
         if request.tools:
-            tools = [tgi_tool(t) for t in request.tools] + [NO_TOOL]
+            tools = [tgi_tool(t) for t in request.tools] + [tgi_tool(NO_TOOL)]
             chunk = ("\n---\n" + DEFAULT_TOOL_PROMPT if self._uses_tools(source)
                      else "\n---\n" + compact(tools) + "\n" + DEFAULT_TOOL_PROMPT)
             if messages:

@@ -31,3 +31,51 @@ def test_reproduction_agrees_with_the_mistralrs_wheel():
     found = {(d["template"], d["case"]) for d in result["disagreements"]}
     assert found == KNOWN, result["disagreements"]
     assert result["counts"]["agree"] >= 200, result["counts"]
+
+
+USER = {"role": "user", "content": "hi"}
+TOOL = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+# Request shapes a reducer reaches by dropping keys or items, and a few a client may send: each is rendered by the
+# reproduction and put to the wheel (a refusal must be the wheel's, with its message; a text its exact prompt).
+SHAPES = {
+    "tool {}": ([USER], [{}], "refused"),
+    "tool without type": ([USER], [{"function": TOOL["function"]}], "refused"),
+    "tool of another type": ([USER], [{"type": "fn", "function": TOOL["function"]}], "refused"),
+    "tool type null": ([USER], [{"type": None, "function": TOOL["function"]}], "refused"),
+    "function without name": ([USER], [{"type": "function", "function": {"parameters": {}}}], "refused"),
+    "parameters not a map": ([USER], [{"type": "function", "function": {"name": "f", "parameters": "x"}}], "refused"),
+    "tool not an object": ([USER], ["f"], "refused"),
+    "arguments alias": ([USER], [{"type": "function", "function": {"name": "f", "arguments": {"type": "object"}}}],
+                        "rendered"),
+    "message without content": ([{"role": "user"}], None, "refused"),
+    "message without role": ([{"content": "hi"}], None, "refused"),
+    "one part of another type": ([{"role": "user", "content": [{"type": "input_text", "text": "hi"}]}], None,
+                                 "rendered"),
+    "one part without text": ([{"role": "user", "content": [{"type": "text"}]}], None, "refused"),
+    "a text part without text": ([{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text"}]}],
+                                 None, "refused"),
+    "several parts, not a user": ([USER, {"role": "assistant", "content": [{"type": "text", "text": "a"},
+                                                                            {"type": "text", "text": "b"}]}],
+                                  None, "refused"),
+}
+
+
+def test_request_shapes_are_refused_or_rendered_as_the_wheel_does():
+    from runners import RenderRequest, get_runner
+    from runners.base import Raised, Rendered
+    from runners.mistralrs_oracle import REQUIREMENTS, WHEEL_VERSION, Oracle
+    from runners.versions import installed_venv
+
+    if installed_venv(f"mistralrs-{WHEEL_VERSION}", REQUIREMENTS) is None:
+        pytest.fail("the mistralrs wheel is not installed in the cache: run scripts/setup.sh (tests never download)")
+    template = "{{ messages[-1].content }}|{% if tools %}{{ tools[0].function.parameters }}{% endif %}"
+    disagreements = {}
+    with get_runner("mistralrs") as runner, Oracle() as oracle:
+        for name, (messages, tools, kind) in SHAPES.items():
+            request = RenderRequest.make(template, messages, "<s>", "</s>", tools=tools, add_generation_prompt=True)
+            outcome = runner.render(request)
+            assert isinstance(outcome, Raised if kind == "refused" else Rendered), (name, outcome)
+            agrees, answer = oracle.check(request, outcome)
+            if not agrees:
+                disagreements[name] = (outcome, answer)
+    assert not disagreements, disagreements

@@ -46,12 +46,54 @@ def test_tgi_environment_and_request_shape(tgi):
 
 
 def test_tgi_tools_get_no_tool_and_the_tool_prompt(tgi):
-    out = _render(tgi, "{% for t in tools %}{{ t.function.name }}:{{ t.function.arguments.type }};{% endfor %}"
+    out = _render(tgi, "{% for t in tools %}{{ t.function.name }}:{{ t.function.arguments }};{% endfor %}"
                        "{{ messages[-1].content }}", tools=TOOLS)
-    assert out.text.startswith("f:object;no_tool:object;hi\n---\n\nGiven the functions available")
+    # `arguments` (the schema, under its alias `parameters` in the request) reaches the template as JSON text
+    assert out.text.startswith('f:{"type":"object","properties":{"x":{"type":"number"}}};no_tool:{"type":"object",')
+    assert "};hi\n---\n\nGiven the functions available" in out.text
     # a template that never reads `tools` gets them as JSON in the last message instead
     out = _render(tgi, "{{ messages[-1].content }}", tools=TOOLS)
     assert out.text.startswith('hi\n---\n[{"type":"function","function":{"description":"d","name":"f","arguments"')
+
+
+def test_tgi_reads_requests_as_its_serde_structs_do():
+    """tests/data/tgi_request_shapes.json: TGI's own request structs, compiled with serde, run on 43 bodies."""
+    import json
+    from pathlib import Path
+
+    from runners.tgi_runner import rejection, text_message, tgi_tool
+
+    data = json.loads((Path(__file__).parent / "data" / "tgi_request_shapes.json").read_text(encoding="utf-8"))
+    assert len(data["cases"]) == 43
+    for case in data["cases"]:
+        body = case["body"]
+        assert rejection(body) == case.get("refused"), case["name"]
+        if "accepted" not in case:
+            continue
+        for message, want in zip(body["messages"], case["accepted"]["bodies"], strict=True):
+            content = want.get("content")
+            if isinstance(content, list):
+                content = "".join(part.get("text", "") for part in content)
+            assert text_message(message)["content"] == (want["tool_calls"] if "tool_calls" in want else content)
+        tools = [tgi_tool(t) for t in body["tools"]] if body.get("tools") is not None else None
+        assert tools == case["accepted"]["tools"], case["name"]
+
+
+def test_tgi_refuses_a_request_before_any_template_runs(tgi):
+    # the shape a reducer reaches by dropping keys: TGI answers 422 whatever the template
+    refused = _render(tgi, "{{ tools }}", tools=[{}])
+    assert refused == Raised("Failed to deserialize the JSON body into the target type: tools[0]: missing field "
+                             "`type` at line 1 column 70", RefusalKind.RENDER)
+    calls = USER + [{"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f",
+                                                                                          "arguments": {}}}]}]
+    assert "untagged enum MessageBody" in _render(tgi, "x", calls).message
+    # tool_call_id never reaches the template; string arguments are encoded twice
+    chat = USER + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
+    out = _render(tgi, "{{ messages[1].content }}|{{ messages[2].tool_call_id is defined }}", chat)
+    assert out == Rendered('[{"id":"c1","type":"function","function":{"description":null,"name":"f",'
+                           '"arguments":"\\"{\\\\\\"a\\\\\\": 1}\\""}}]|false')
 
 
 def test_tgi_rewrites_and_missing_features(tgi):
