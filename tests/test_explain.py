@@ -264,7 +264,7 @@ def _probe(request, engine, reference):
 def test_an_engine_that_prints_nothing_is_not_said_to_ignore_the_template():
     request = RenderRequest.make("{% if messages[0].content %}[{{ messages[0].content }}]{% endif %}",
                                  [{"role": "user", "content": "hi"}])
-    reference = lambda source: Rendered("[hi]" if source else "")
+    reference = lambda source: Rendered("[hi]" if "{%" in source else source)   # plain text prints as itself
     # Skipping the branch prints nothing, as an empty template does: that is not a format of its own.
     assert _probe(request, lambda s: Rendered(""), reference) is False
     # The same bytes whatever the template says (and not nothing) is one.
@@ -273,6 +273,14 @@ def test_an_engine_that_prints_nothing_is_not_said_to_ignore_the_template():
     # A refusal that does not depend on the template is too.
     refuses = lambda source: Raised("tools param requires --jinja flag", RefusalKind.UNSUPPORTED)
     assert _probe(request, refuses, reference) is True
+    # llama.cpp puts built-in ChatML in place of an empty template: a template that is ChatML renders the same
+    # as an empty one there, yet the engine reads it (plain text prints as itself).
+    chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    builtin_when_empty = lambda source: Rendered("<|im_start|>user\nhi<|im_end|>\n" if source in ("", chatml)
+                                                 else source)
+    as_chatml = RenderRequest.make(chatml, [{"role": "user", "content": "hi"}])
+    strict = lambda source: Raised("no", RefusalKind.RENDER) if "{%" in source else Rendered(source)
+    assert _probe(as_chatml, builtin_when_empty, strict) is False
 
 
 def test_the_cache_keeps_key_order_apart():

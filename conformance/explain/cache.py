@@ -20,8 +20,9 @@ from typing import Optional
 # Bump when reductions change in a way that makes old entries wrong or worse. 4: the conversation is keyed in
 # its own key order (two cases that differ only in key order are different inputs: `tojson`, `items()`), and
 # an empty engine output no longer reads as "the engine ignores the template". 5: slices are dropped when the
-# difference does not need them.
-REDUCER_VERSION = 5
+# difference does not need them. 6: the "ignores the template" probe renders a plain-text template, not an empty
+# one (llama.cpp puts ChatML in place of an empty template).
+REDUCER_VERSION = 6
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks
 

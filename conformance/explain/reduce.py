@@ -35,6 +35,7 @@ MAX_ROUNDS = 4
 MAX_GRANULARITY = 32
 SPECULATE = 8            # candidates of one round of a case ddmin rendered together
 STRING_KEEP = 1          # a string is shortened no further than this many characters (then tried empty)
+PROBE_TEMPLATE = "chatgold probe"   # the "does the engine read the template at all" probe (template_ignored)
 
 Pair = tuple  # (reference Outcome, engine Outcome)
 Steps = Generator[list, list, object]
@@ -55,7 +56,7 @@ class Found:
     renders: int
     complete: bool           # False when the budget ran out before the passes settled
     phases: dict = field(default_factory=dict)
-    ignores_template: bool = False  # the engine renders this case the same with an empty template
+    ignores_template: bool = False  # the engine renders this case the same with a plain-text template
 
     @property
     def template(self) -> str:
@@ -150,14 +151,17 @@ class Reduction:
         return True
 
     def template_ignored(self, source: str, conversation: dict) -> Steps:
-        """Whether the engine gives the same outcome for this case with an empty template while the reference
-        does not: an engine that renders its own format whatever the template says. Its template cannot be
-        reduced (every smaller template changes only the reference's side)."""
-        full, empty = yield from self.render([self._request(source, conversation), self._request("", conversation)])
+        """Whether the engine gives the same outcome for this case with a template of plain text while the
+        reference does not: an engine that renders its own format whatever the template says. Its template
+        cannot be reduced (every smaller template changes only the reference's side). Plain text, not an empty
+        template: llama.cpp (and others) put a built-in format in place of an empty one, which is the engine's
+        own output for a template that *is* that format."""
+        full, empty = yield from self.render([self._request(source, conversation),
+                                              self._request(PROBE_TEMPLATE, conversation)])
         same = lambda a, b: (a.kind, getattr(a, "text", None), getattr(a, "message", None)) == (
             b.kind, getattr(b, "text", None), getattr(b, "message", None))
-        # An engine that renders nothing for this case renders nothing for an empty template too: that says
-        # the template printed nothing here, not that the engine has a format of its own.
+        # The engine's side must be its own output (bytes or a refusal): printing nothing says only that the
+        # template printed nothing here.
         own_output = full[1].kind == "raised" or (full[1].kind == "rendered" and full[1].text != "")
         return same(full[1], empty[1]) and not same(full[0], empty[0]) and own_output
 
@@ -225,7 +229,7 @@ class Reduction:
 
     def run_unreduced(self, reason: str) -> Steps:
         """No reduction (the group is past the per-template limit), only what one probe can tell: if the engine
-        renders this very cell the same with an empty template while the reference does not, the cell is
+        renders this very cell the same with a plain-text template while the reference does not, the cell is
         explained by that, with itself as the reproducer. Otherwise it stays unexplained for `reason`."""
         conversation = conversation_dict(self.original.conversation)
         source = self.original.template
