@@ -316,6 +316,7 @@ class BindingRunner(CommandRunner):
     # A product runner pins the binding it renders with and names the product's version.
     binding_version: Optional[str] = None
     product_version: Optional[str] = None
+    imports: tuple = ()   # other runners/ files the renderer module renders with (part of the identity)
 
     def __init__(self, timeout: float = 20.0, workers: int = 1, version: Optional[str] = None,
                  binding: Optional[str] = None, name: Optional[str] = None, **options):
@@ -335,7 +336,7 @@ class BindingRunner(CommandRunner):
         from .identity import python_runner_identity
 
         # This checkout's renderer module (and what it imports), the binding's exact release, the product.
-        files = {self.module.rsplit(".", 1)[-1] + ".py", "minijinja_runner.py", "hf.py"}
+        files = {self.module.rsplit(".", 1)[-1] + ".py", "minijinja_runner.py", "hf.py", *self.imports}
         identity = python_runner_identity(self.name, sorted(files), product=self.product_version)
         identity["packages"] = {"minijinja": self.binding}  # the binding the harness's interpreter holds
         return identity

@@ -348,6 +348,7 @@ class MistralRsRunner(BindingRunner):
     homepage = HOMEPAGE
     module = "runners.mistralrs_runner"
     runner_name = "mistralrs"
+    imports = ("serde_shapes.py",)
     binding_version = BINDING_VERSION
     product_version = PRODUCT_VERSION
 

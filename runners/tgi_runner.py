@@ -209,6 +209,7 @@ class TGIRunner(BindingRunner):
     homepage = HOMEPAGE
     module = "runners.tgi_runner"
     runner_name = "tgi"
+    imports = ("mistralrs_runner.py", "serde_shapes.py")
     binding_version = BINDING_VERSION
     product_version = PRODUCT_VERSION
 

@@ -291,3 +291,26 @@ def test_the_cache_keeps_key_order_apart():
         {"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f", "arguments": a}}]}]),
         "diverged") for a in args}
     assert len(keys) == 2
+
+
+def test_a_change_to_a_runners_code_retires_its_cached_reductions():
+    """The cache names a builtin runner by its name, version and its code identity (the result store's): a
+    product runner that reproduces one more step must not be answered with reductions made before it did."""
+    from conformance.explain.cache import code_identity, runner_identity
+
+    runner = get_runner("tgi")
+    try:
+        code = code_identity(runner)
+        # tgi renders with serde_shapes.py and mistralrs_runner.py too: they are part of what it is
+        assert code and code["code"]
+        info = {"name": "tgi", "version": "3.x"}
+        edited = dict(code, code="0" * 64)
+        assert runner_identity(info, True, code) != runner_identity(info, True, edited)
+        assert runner_identity(info, True, code) != runner_identity(info, True)
+    finally:
+        runner.close()
+    from runners.identity import source_digest
+    from runners.tgi_runner import TGIRunner
+
+    assert {"serde_shapes.py", "mistralrs_runner.py"} <= set(TGIRunner.imports)
+    assert source_digest("serde_shapes.py")  # the file the identity names exists under runners/

@@ -32,16 +32,31 @@ def default_directory() -> Path:
     return Path(base) / "explain"
 
 
-def runner_identity(info: dict, builtin: bool = False) -> Optional[str]:
+def runner_identity(info: dict, builtin: bool = False, code: Optional[dict] = None) -> Optional[str]:
     """A runner's cache identity from its describe(), or None when it has none worth trusting: a builtin
     runner's version names its engine build; a command harness must give a `build` (protocol 2), the promise
-    that its outcomes are a function of the build and the inputs."""
+    that its outcomes are a function of the build and the inputs. `code` is the runner's own identity() (the
+    digest of its code and configuration the result store keys outcomes by): with it, a change to a runner's
+    code (a product runner reproducing one more step) retires its cached reductions too."""
     name, version = info.get("name"), info.get("version")
     if not name or not version or version in ("unknown", "missing"):
         return None
     if not builtin and not info.get("build"):
         return None
-    return json.dumps({"name": name, "version": version, "build": info.get("build")}, sort_keys=True)
+    build = info.get("build")
+    if code:
+        from conformance.judge.store import identity_digest
+
+        build = {"build": build, "code": identity_digest(code)} if build else identity_digest(code)
+    return json.dumps({"name": name, "version": version, "build": build}, sort_keys=True)
+
+
+def code_identity(runner) -> Optional[dict]:
+    """The runner's identity() (None when it has none or cannot say)."""
+    try:
+        return runner.identity()
+    except Exception:  # an identity it cannot compute is no identity: the cache falls back to name and version
+        return None
 
 
 class ExplainCache:

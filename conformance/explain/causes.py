@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 
 from conformance.explain import cluster
-from conformance.explain.cache import ExplainCache, runner_identity
+from conformance.explain.cache import ExplainCache, code_identity, runner_identity
 from conformance.explain.driver import DriverStats, drive, render_pairs
 from conformance.explain.reduce import (
     DEFAULT_BUDGET,
@@ -214,9 +214,9 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
             for _, _, group_key in sorted(ranked)[max_groups:]:
                 beyond[group_key] = (f"not reduced: {template_id} shows more than {max_groups} different symptoms "
                                      f"(the limit of groups reduced per template)")
-    engine_id = runner_identity(dict(results.info), builtin=engine_builtin)
+    engine_id = runner_identity(dict(results.info), builtin=engine_builtin, code=code_identity(engine))
     reference_info = reference.describe()
-    reference_id = runner_identity(reference_info, builtin=True)
+    reference_id = runner_identity(reference_info, builtin=True, code=code_identity(reference))
     use_cache = cache is not None and engine_id is not None and reference_id is not None
     found: dict = {}
     cached_groups: set = set()
