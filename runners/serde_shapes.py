@@ -247,7 +247,8 @@ class Untagged(Shape):
 
 @dataclass
 class Tagged(Shape):
-    """`#[serde(tag = "type")]`: the tag picks the struct variant."""
+    """`#[serde(tag = "type")]`: the tag picks the struct variant (here only inside an untagged enum's attempt,
+    so only whether it holds matters)."""
 
     tag: str
     variants: dict   # tag value -> Struct
