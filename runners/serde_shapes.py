@@ -109,54 +109,38 @@ class Shape:
         return SerdeError(path_text(path), f"invalid type: {_unexpected(value)}, expected {expected}", column)
 
 
-class Scalar(Shape):
-    """A leaf: `accepts` says whether the value fits, `expected` is serde's word for what would."""
+@dataclass
+class Leaf(Shape):
+    """A value of one JSON type (`Option<...>` of it when nullable); `expected` is serde's word for it."""
 
-    expected = ""
-    nullable = False
+    types: tuple
+    expected: str
+    nullable: bool = False
 
     def accepts(self, value) -> bool:
-        raise NotImplementedError
+        return isinstance(value, self.types) or (value is None and self.nullable)
 
     def check(self, value, path, doc):
-        if not (self.accepts(value) or (value is None and self.nullable)):
+        if not self.accepts(value):
             raise self.wrong_type(value, path, doc, self.expected)
 
 
-class Any_(Scalar):
+def Any_() -> Leaf:
     """serde_json::Value: anything."""
-
-    def accepts(self, value) -> bool:
-        return True
+    return Leaf((object,), "any value")
 
 
-@dataclass
-class Str(Scalar):
-    nullable: bool = False   # Option<String>
-    expected = "a string"
-
-    def accepts(self, value) -> bool:
-        return isinstance(value, str)
+def Str(nullable: bool = False) -> Leaf:
+    return Leaf((str,), "a string", nullable)
 
 
-@dataclass
-class Bool(Scalar):
-    nullable: bool = False
-    expected = "a boolean"
-
-    def accepts(self, value) -> bool:
-        return isinstance(value, bool)
+def Bool(nullable: bool = False) -> Leaf:
+    return Leaf((bool,), "a boolean", nullable)
 
 
-@dataclass
-class MapOf(Scalar):
-    """HashMap<String, serde_json::Value> (Option<...> when nullable)."""
-
-    nullable: bool = False
-    expected = "a map"
-
-    def accepts(self, value) -> bool:
-        return isinstance(value, dict)
+def MapOf(nullable: bool = False) -> Leaf:
+    """HashMap<String, serde_json::Value>."""
+    return Leaf((dict,), "a map", nullable)
 
 
 @dataclass
@@ -279,14 +263,19 @@ def _holds(shape: Shape, value) -> None:
     if isinstance(shape, Struct):
         if not isinstance(value, dict):
             raise _NoMatch()
+        claimed = set()
         for spec in shape.fields:
             keys = [k for k in (spec.name, *spec.aliases) if k in value]
             if len(keys) > 1:
                 raise _NoMatch()
             if keys:
+                claimed.add(keys[0])
                 _holds(spec.shape, value[keys[0]])
             elif spec.required:
                 raise _NoMatch()
+        if shape.flatten is not None and not shape.flatten.matches(
+                {k: v for k, v in value.items() if k not in claimed}):
+            raise _NoMatch()
         return
     if isinstance(shape, Seq):
         if value is None and shape.nullable:
@@ -300,7 +289,7 @@ def _holds(shape: Shape, value) -> None:
         if not (isinstance(value, str) and value in shape.variants):
             raise _NoMatch()
         return
-    if not (shape.accepts(value) or (value is None and shape.nullable)):
+    if not shape.accepts(value):
         raise _NoMatch()
 
 
@@ -322,7 +311,10 @@ def path_text(path: tuple) -> str:
 
 
 def first_error(shape: Shape, value, separators=(",", ":"), ensure_ascii=False) -> Optional[SerdeError]:
-    """The error serde_json gives reading `value` (serialised with these separators) as `shape`, or None."""
+    """The error serde_json gives reading `value` (serialised with these separators) as `shape`, or None. A body
+    that holds costs one walk; only a refused one is serialised to find serde's column (a render's hot path)."""
+    if holds(shape, value):
+        return None
     doc = layout(value, separators, ensure_ascii)
     try:
         shape.check(value, (), doc)
