@@ -309,8 +309,9 @@ def test_a_change_to_a_runners_code_retires_its_cached_reductions():
         assert runner_identity(info, True, code) != runner_identity(info, True)
     finally:
         runner.close()
-    from runners.identity import source_digest
-    from runners.tgi_runner import TGIRunner
+    from runners.identity import PROTOCOL_FILES, source_digest
 
-    assert {"serde_shapes.py", "mistralrs_runner.py"} <= set(TGIRunner.imports)
-    assert source_digest("serde_shapes.py")  # the file the identity names exists under runners/
+    # ...so their bytes are in its digest: without them the digest is another
+    own = ("tgi_runner.py", "minijinja_runner.py", "hf.py")
+    assert code["code"] == source_digest(*PROTOCOL_FILES, *sorted({*own, "serde_shapes.py", "mistralrs_runner.py"}))
+    assert code["code"] != source_digest(*PROTOCOL_FILES, *sorted(own))
