@@ -156,14 +156,14 @@ class Reduction:
         cannot be reduced (every smaller template changes only the reference's side). Plain text, not an empty
         template: llama.cpp (and others) put a built-in format in place of an empty one, which is the engine's
         own output for a template that *is* that format."""
-        full, empty = yield from self.render([self._request(source, conversation),
+        full, probe = yield from self.render([self._request(source, conversation),
                                               self._request(PROBE_TEMPLATE, conversation)])
         same = lambda a, b: (a.kind, getattr(a, "text", None), getattr(a, "message", None)) == (
             b.kind, getattr(b, "text", None), getattr(b, "message", None))
         # The engine's side must be its own output (bytes or a refusal): printing nothing says only that the
         # template printed nothing here.
         own_output = full[1].kind == "raised" or (full[1].kind == "rendered" and full[1].text != "")
-        return same(full[1], empty[1]) and not same(full[0], empty[0]) and own_output
+        return same(full[1], probe[1]) and not same(full[0], probe[0]) and own_output
 
     def template_sensitive(self, source: str, conversation: dict) -> Steps:
         """Whether the engine renders an equivalent template (a comment added) the same way. An engine that
