@@ -359,12 +359,16 @@ class CommandRunner(Runner):
             self.given_up = None
 
     def _start_process(self) -> HarnessProcess:
+        # The version this start asks for, read once: workers start at the same time, and another worker may
+        # lower self.protocol while this one waits for its answer (its refusal of 2 then still calls for a
+        # restart with 1, not a failure).
+        asked = self.protocol
         try:
             try:
                 proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout,
-                                      validate=self.validate, version=self.protocol, nice=self.nice)
+                                      validate=self.validate, version=asked, nice=self.nice)
             except VersionRefused:
-                if self.protocol == 1:
+                if asked == 1:
                     raise
                 # A version-1 harness refuses 2 and exits, as version 1 tells it to: start it again with 1.
                 self.protocol = 1

@@ -3,8 +3,10 @@
 A status says what happened in a cell; a verdict (judge/expectations.py) says whether that was expected.
 Two refusals match only when they are of the same kind (runners.base.RefusalKind): a compile failure
 matches a compile failure, a render failure a render failure, and the template's raise_exception(M) only a
-refusal of that kind carrying M. Skipped and no-golden cells are outside the conformance denominator (like
-web-platform-tests' NOTRUN): counted and shown, never a pass and never a failure.
+refusal of that kind carrying M. A refusal of unknown kind (a protocol-1 harness) matches a raise_exception(M)
+whose M it carries, or any refusal whose message it repeats exactly (same_refusal_message). Skipped and
+no-golden cells are outside the conformance denominator (like web-platform-tests' NOTRUN): counted and shown,
+never a pass and never a failure.
 """
 from __future__ import annotations
 
@@ -121,17 +123,33 @@ class Judgement:
     note: str = ""   # why two refusals differ
 
 
+def same_refusal_message(reference: str, message: str) -> bool:
+    """Whether a refusal message without a kind (protocol 1) is the reference's refusal (as goldens store it,
+    "<ExceptionType>: <message>") said again: byte for byte, or byte for byte without the "<ExceptionType>: "
+    prefix (an engine that reports the exception's message alone). Nothing is normalised (no whitespace,
+    locations or digits), and an empty message vouches for nothing."""
+    if not message:
+        return False
+    if message == reference:
+        return True
+    type_name, sep, bare = reference.partition(": ")
+    return bool(sep and type_name.isidentifier() and bare and message == bare)
+
+
 def judge_refusal(golden: Golden, outcome: Raised) -> Judgement:
     """Two refusals: the same kind (and, for raise_exception, the template's message) or not."""
     ref_kind, ref_message = reference_refusal(golden.text)
     kind = outcome.refusal
     if kind == RefusalKind.UNKNOWN:
-        # A protocol-1 harness does not say which kind; only the template's own message can vouch for it.
+        # A protocol-1 harness does not say which kind; only the message can vouch for it: the template's own
+        # raise_exception message, or the reference's whole refusal said again exactly.
         if ref_kind == RefusalKind.RAISE and ref_message and ref_message in outcome.message:
+            return Judgement(Status.BOTH_RAISED)
+        if same_refusal_message(golden.text, outcome.message):
             return Judgement(Status.BOTH_RAISED)
         return Judgement(Status.RAISED_DIFFERENTLY,
                          note=f"the reference's refusal is of kind {ref_kind}; the harness did not say which kind "
-                              f"its refusal is (protocol version 1)")
+                              f"its refusal is (protocol version 1), and its message is not the reference's")
     if kind != ref_kind:
         return Judgement(Status.RAISED_DIFFERENTLY,
                          note=f"the reference's refusal is of kind {ref_kind}, the engine's of kind {kind}")
