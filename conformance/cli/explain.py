@@ -53,9 +53,11 @@ def explain_run(run, engine, reference, selection, cells, spec: str, cache=True,
 def describe_causes(explanation, limit: int = 20) -> str:
     lines = []
     stats = explanation.stats
+    no_answer = stats.get("no_answer", 0)
     lines.append(f"{explanation.runner.get('name')}: {len(explanation.causes)} root cause(s) for "
-                 f"{stats['cells']} non-matching cell(s); {len(explanation.unexplained)} unexplained "
-                 f"({stats['groups']} groups: {stats['reduced']} reduced, {stats['cached']} cached; "
+                 f"{stats['cells']} failing cell(s); {len(explanation.unexplained)} unexplained"
+                 + (f" ({no_answer} errored or timed out)" if no_answer else "") +
+                 f" ({stats['groups']} groups: {stats['reduced']} reduced, {stats['cached']} cached; "
                  f"{stats['renders']} renders per side; {stats['seconds']:.1f} s)")
     for rank, cause in enumerate(explanation.causes[:limit], 1):
         repro = cause.repro()

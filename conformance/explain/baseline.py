@@ -18,7 +18,7 @@ from conformance.explain.driver import render_pairs
 from conformance.explain.reduce import Found
 from conformance.explain.signature import compare
 from conformance.judge.pipeline import apply_expectations
-from conformance.judge.status import NON_MATCHING, Verdict, gain_if_fixed
+from conformance.judge.status import NO_ANSWER, NON_MATCHING, Verdict, gain_if_fixed
 from runners.base import Conversation, RenderRequest
 
 
@@ -67,6 +67,9 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
         expectation = result.expectation
         if expectation is not None and expectation.cause:
             touched.add(expectation.cause)
+        if result.status in NO_ANSWER:
+            need.add(result.key)  # no cause to know it by: explain() lists it unexplained, with its message
+            continue
         if result.status not in NON_MATCHING:
             continue
         if everything or result.verdict != Verdict.EXPECTED_FAIL or expectation is None:

@@ -39,7 +39,7 @@ from conformance.explain.reduce import (
 from conformance.explain.signature import Symptom, compare, outcome_record, symptom_of
 from conformance.explain.template import lines_of
 from conformance.judge.goldens import GoldenStore
-from conformance.judge.status import NON_MATCHING, Status, gain_if_fixed
+from conformance.judge.status import NO_ANSWER, NON_MATCHING, Status, gain_if_fixed
 from runners.base import (
     Conversation,
     Raised,
@@ -194,8 +194,17 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     unexplained: list = []
     groups: dict = {}      # (template, symptom key) -> (symptom, [results])
     targets = 0
+    no_answer = 0
     for result in results.results:
-        if result.status not in NON_MATCHING or (only is not None and result.key not in only):
+        if only is not None and result.key not in only:
+            continue
+        if result.status in NO_ANSWER:
+            # A failing cell with nothing to reduce: counted and shown, never left out of the explanation.
+            targets += 1
+            no_answer += 1
+            unexplained.append(_unexplained(result, no_answer_reason(result)))
+            continue
+        if result.status not in NON_MATCHING:
             continue
         targets += 1
         symptom = symptom_of(goldens(*result.key), engine_outcome(result))
@@ -324,7 +333,7 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
         "renders": stats.renders, "reduction_renders": renders_spent, "batches": stats.batches,
         "renders_by_pass": dict(sorted(phases.items(), key=lambda kv: -kv[1])), "budget_spent": incomplete,
         "causes": len(causes), "confirmed": sum(1 for c in causes if c.confirmed),
-        "unexplained": len(unexplained),
+        "unexplained": len(unexplained), "no_answer": no_answer,
         "median_lines": statistics.median([s["lines"] for s in sizes]) if sizes else None,
         "median_messages": statistics.median([s["messages"] for s in sizes]) if sizes else None,
         "max_lines": max((s["lines"] for s in sizes), default=None),
@@ -363,6 +372,12 @@ def _scratch_artefacts(engine, idle: int = 0):
             shutil.rmtree(scratch, ignore_errors=True)
         if isinstance(saved_idle, int):
             engine.idle_servers = saved_idle
+
+
+def no_answer_reason(result) -> str:
+    """Why an errored or timed-out cell has no cause: the engine's own message, whole."""
+    said = "timed out" if result.status == Status.TIMEOUT else "errored"
+    return f"the engine {said}, so there is no difference to explain: {result.message or '(no message)'}"
 
 
 def _unexplained(result, reason: str) -> dict:

@@ -48,6 +48,10 @@ NOT_JUDGED = frozenset({Status.SKIPPED, Status.NO_GOLDEN})
 # What an engine can get wrong on a cell it ran: the causes an explanation looks for.
 NON_MATCHING = frozenset({Status.DIVERGED, Status.RAISED_DIFFERENTLY, Status.ENGINE_RAISED,
                           Status.ENGINE_RENDERED})
+# Cells the engine gave no answer for (its runner failed or ran out of time): failures with no difference to
+# look for a cause of. An explanation lists them unexplained, with their message, so that it accounts for
+# every failing cell: NON_MATCHING | NO_ANSWER is exactly the judged cells that do not pass.
+NO_ANSWER = frozenset({Status.ERRORED, Status.TIMEOUT})
 STATUSES = tuple(Status)
 
 

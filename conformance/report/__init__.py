@@ -30,7 +30,8 @@ from conformance.judge.status import (
 from conformance.report.templates import finalize_views, merge_views, template_views
 
 REPORT_FORMAT = 2
-EXPLAINED_STATUSES = ("diverged", "raised-differently", "engine-raised", "engine-rendered")
+# Every failing cell is under a cause or unexplained (errored and timed-out ones always unexplained).
+EXPLAINED_STATUSES = ("diverged", "raised-differently", "engine-raised", "engine-rendered", "errored", "timeout")
 MESSAGE_LIMIT = 1000
 OUTPUT_LIMIT = 2000   # rendered outputs of engine-rendered cells kept in a record
 CELLS_SUFFIX = ".cells.jsonl.gz"

@@ -185,7 +185,10 @@ def _tag(messages: list, source: str) -> str:
 def _cut(output: str, final: str) -> str:  # R22 steps 5-6
     if final.strip() not in output or TAG.strip() not in output:
         raise Refused("ValueError", "continue_final_message is set but the final message does not appear in the "
-                                    "chat after applying the chat template!")
+                                    "chat after applying the chat template! This can happen if the chat template "
+                                    "deletes portions of the final message. Please verify the chat template and "
+                                    "final message in your chat to ensure they are compatible."
+                                    f"Final message to continue: {final.strip()}\nRendered chat:\n{output}")
     at = output.rindex(TAG.strip())
     if output[at:at + len(TAG)] == TAG:
         return output[:at]
