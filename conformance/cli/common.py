@@ -23,8 +23,9 @@ class UserError(Exception):
     """Bad input from the user: printed as one clear line, exit status 2."""
 
 
-def progress_printer(label: str, stream=sys.stderr):
+def progress_printer(label: str, stream=None):
     """A one-line progress bar on a terminal; silent otherwise (CI logs stay readable)."""
+    stream = stream or sys.stderr  # the current stderr, not the one at import (it may have been replaced)
     if not stream.isatty():
         return None
 

@@ -81,6 +81,11 @@ class TemplateDict:  # R20: dict(...) and dict.fromkeys(...), nothing else
         return dict.fromkeys(*args, **kwargs)
 
 
+# jinja2 names an object by its module and class in refusals (`dict.from_keys` is "'<module>.TemplateDict
+# object' has no attribute ..."): the reference's module, so that such a refusal's message is the reference's.
+TemplateDict.__module__ = "transformers.utils.chat_template_utils"
+
+
 def _check_name(name):
     if isinstance(name, str) and name.startswith("_"):
         raise SecurityError(f"Chat templates cannot store underscore-prefixed attributes on a namespace, but got "

@@ -5,11 +5,12 @@ reference), so with no bug planted every cell must pass. Version 1 means: `start
 answered with an error and the process exits (chatgold must start it again with version 1), there is no batch,
 and a refusal has no kind: its message is "<ExceptionType>: <message>", as the reference's goldens store it.
 
-    python tests/harnesses/protocol1.py [--bug NAME]... [--bare] [--slow-start SECONDS]
+    python tests/harnesses/protocol1.py [--bug NAME]... [--bare] [--errored-on-documents] [--slow-start SECONDS]
 
   --bug tojson-sorts-keys   the tojson filter sorts object keys
   --bug trim-does-nothing   the trim filter returns a string unchanged
   --bare                    refusal messages without their "<ExceptionType>: " prefix
+  --errored-on-documents    answer `errored` (the harness's own failure) to every render with documents
   --slow-start SECONDS      sleep before answering `start` (widens the window of concurrent starts)
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 import plain_jinja2  # noqa: E402  (after the path above)
 
 BUGS = ("tojson-sorts-keys", "trim-does-nothing")
+ERRORED = "planted failure: this harness cannot take documents"
 
 
 def _plant(bugs) -> None:
@@ -45,6 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bug", action="append", default=[], choices=BUGS)
     parser.add_argument("--bare", action="store_true")
+    parser.add_argument("--errored-on-documents", action="store_true")
     parser.add_argument("--slow-start", type=float, default=0.0)
     args = parser.parse_args()
     _plant(frozenset(args.bug))
@@ -67,6 +70,8 @@ def main() -> None:
                 send({"error": f"unsupported protocol version {request.get('version')!r}"})
                 return
             send({"name": name, "version": "1", "language": "python"})
+        elif cmd == "render" and args.errored_on_documents and request.get("documents") is not None:
+            send({"seq": request["seq"], "errored": {"message": ERRORED}})
         elif cmd == "render":
             outcome = plain_jinja2.render(request["template"], request["bos_token"], request["eos_token"], request)
             if outcome[0] == "rendered":
