@@ -17,9 +17,9 @@ from conformance import schema_validator
 from conformance.explain import explain
 from conformance.judge.goldens import Golden
 from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
-from conformance.judge.status import NON_MATCHING, Status, classify
+from conformance.judge.status import Status, classify
 from runners import get_runner
-from runners.base import Errored, Raised, RefusalKind, RenderRequest, Rendered
+from runners.base import Raised, RefusalKind, RenderRequest, Rendered
 
 HARNESS = Path(__file__).parent / "harnesses" / "protocol1.py"
 sys.path.insert(0, str(HARNESS.parent))
