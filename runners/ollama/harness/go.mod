@@ -1,0 +1,3 @@
+module chatgold/ollamaharness
+
+go 1.19
