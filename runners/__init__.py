@@ -30,6 +30,7 @@ BUILTIN_RUNNERS = {
     "tgi": "runners.tgi_runner:TGIRunner",
     "mistralrs": "runners.mistralrs_runner:MistralRsRunner",
     "llama-cpp-python": "runners.llama_cpp_python:LlamaCppPythonRunner",
+    "ollama": "runners.ollama:OllamaRunner",
 }
 
 # Runners that take `NAME@VERSION`: the engine at that registry version, installed into the cache on first use.

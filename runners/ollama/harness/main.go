@@ -25,6 +25,7 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"sort"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -551,6 +552,10 @@ type response struct {
 // ggufdoctor recorded its goldens; the default is the chat route.
 var templatePackage = false
 
+// decodeOnly: answer "" once the request is one Ollama's chat API accepts (its types decode it), without
+// rendering: the check a request passes before Ollama hands the GGUF's own Jinja to llama-server.
+var decodeOnly = false
+
 func isNull(raw json.RawMessage) bool {
 	return len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null"
 }
@@ -574,16 +579,21 @@ func render(c compiled, conv conversation) response {
 		}
 		return response{Skipped: &skip{fmt.Sprintf("Ollama's chat API cannot pass the template variable %s", key)}}
 	}
+	body := []byte(`{"messages":` + string(orNull(conv.Messages)) + `,"tools":` + string(orNull(conv.Tools)) + `}`)
+	var req chatRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		// Ollama answers 400 before any template runs: the request as a whole is declined.
+		return response{Raised: &refusal{err.Error(), "unsupported"}}
+	}
+	if decodeOnly {
+		empty := ""
+		return response{Text: &empty}
+	}
 	if c.err != nil {
 		return response{Raised: &refusal{c.err.Error(), "compile"}}
 	}
 	if !c.vars["messages"] {
 		return response{Skipped: &skip{"a template without .Messages takes Ollama's legacy prompt/response path, which this harness does not reproduce"}}
-	}
-	body := []byte(`{"messages":` + string(orNull(conv.Messages)) + `,"tools":` + string(orNull(conv.Tools)) + `}`)
-	var req chatRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return response{Raised: &refusal{err.Error(), "render"}}
 	}
 	if !templatePackage {
 		// The chat route's capability checks (server/routes.go:2610-2632): tools need a template that uses
@@ -633,12 +643,40 @@ func clock(now string) time.Time {
 	return t.UTC()
 }
 
+// printVars writes the sorted variables Template.Vars gives for the Go template on stdin (a JSON list), so
+// that the Python side's reading of them can be checked against the parse tree.
+func printVars() {
+	source, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	c := compile(string(source), time.Now())
+	if c.err != nil {
+		fmt.Fprintln(os.Stderr, c.err)
+		os.Exit(1)
+	}
+	names := make([]string, 0, len(c.vars))
+	for name := range c.vars {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	b, _ := json.Marshal(names)
+	fmt.Println(string(b))
+}
+
 func main() {
 	for _, arg := range os.Args[1:] {
-		if arg == "--template-package" {
+		switch arg {
+		case "--template-package":
 			templatePackage = true
-		} else {
-			fmt.Fprintf(os.Stderr, "usage: ollama-harness [--template-package]\n")
+		case "--decode-only":
+			decodeOnly = true
+		case "--vars":
+			printVars()
+			return
+		default:
+			fmt.Fprintf(os.Stderr, "usage: ollama-harness [--template-package | --decode-only | --vars < TEMPLATE]\n")
 			os.Exit(2)
 		}
 	}
@@ -675,6 +713,8 @@ func main() {
 			mode := "chat-route"
 			if templatePackage {
 				mode = "template-package"
+			} else if decodeOnly {
+				mode = "decode-only"
 			}
 			send(map[string]interface{}{"name": "ollama", "version": "0.33.2", "language": "go",
 				"homepage": "https://github.com/ollama/ollama", "protocol": 2, "build": build + "+" + mode})
