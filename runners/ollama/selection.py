@@ -110,11 +110,11 @@ def bounded_distance(a: str, b: str, cut: int = CUTOFF) -> int:
     return min(previous[width], cut)
 
 
-def detect(template: str) -> tuple:
-    """template.Named: (entry name, distance) of the first strictly nearest index entry under the cutoff,
-    or (None, None)."""
+def detect(template: str, entries: Optional[tuple] = None) -> tuple:
+    """template.Named: (entry name, distance) of the first strictly nearest entry of the index (or of
+    `entries`, (name, text) pairs) under the cutoff, or (None, None)."""
     best_name, best = None, CUTOFF
-    for name, candidate in index():
+    for name, candidate in index() if entries is None else entries:
         if abs(len(candidate) - len(template)) >= best:
             continue  # cannot be strictly nearer than the best so far
         distance = bounded_distance(template, candidate, best)

@@ -1,0 +1,193 @@
+"""The ollama runner: Ollama's template choice (our implementation of its rules), its Go harness (real Go
+text/template, built by the project's setup into the cache), checked against the Ollama goldens ggufdoctor
+recorded from Ollama's own Go template package, and its chat route's refusals and routes.
+
+Go is required (scripts/setup.sh installs Debian's golang-go): without it these tests fail, never skip.
+"""
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+
+import pytest
+
+from runners.base import Raised, RefusalKind, Rendered, RenderRequest, Skipped
+from runners.command import CommandRunner
+from runners.ollama import OllamaRunner, selection
+from runners.ollama.build import ensure_harness, harness_path, source_digest
+
+DATA = selection.DATA
+NOW = "2025-06-15T09:30:00+00:00"
+
+
+@pytest.fixture(scope="session")
+def harness():
+    return str(ensure_harness())
+
+
+def levenshtein(a: str, b: str) -> int:
+    previous = list(range(len(b) + 1))
+    for i, char in enumerate(a, start=1):
+        current = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (char != b[j - 1]))
+        previous = current
+    return previous[-1]
+
+
+# -- selection ---------------------------------------------------------------------------------------------
+
+def test_bounded_distance_is_levenshtein_below_the_cut():
+    rng = random.Random(7)
+    for _ in range(2000):
+        a = "".join(rng.choice("ab\u00e9\U0001F600") for _ in range(rng.randint(0, 25)))
+        b = "".join(rng.choice("ab\u00e9\U0001F600") for _ in range(rng.randint(0, 25)))
+        cut = rng.randint(1, 20)
+        assert selection.bounded_distance(a, b, cut) == min(levenshtein(a, b), cut), (a, b, cut)
+
+
+def test_every_index_entry_selects_the_first_entry_with_its_text():
+    first = {}
+    for name, text in selection.index():
+        first.setdefault(text, name)
+    for name, text in selection.index():
+        assert selection.detect(text) == (first[text], 0)
+
+
+def test_the_threshold_is_strictly_under_100_and_ties_go_to_the_earlier_entry():
+    name, longest = max(selection.index(), key=lambda entry: len(entry[1]))
+    assert selection.detect(longest + "x" * 99) == (name, 99)
+    assert selection.detect(longest + "x" * 100) == (None, None)
+    assert selection.choose(longest + "x" * 100).route == selection.ROUTE_FALLBACK
+    entries = (("first", "abcx"), ("second", "abcy"))
+    assert selection.detect("abcz", entries) == ("first", 1)
+    assert selection.detect("abcz", entries[::-1]) == ("second", 1)
+
+
+def test_architecture_renderers_and_the_gguf_preferred_route():
+    assert selection.choose("anything", "gemma4").route == selection.ROUTE_RENDERER
+    assert selection.choose("anything", "nemotron_h_moe").renderer == "nemotron-3-nano"
+    # Llama 3.1's template (the index's second llama3-instruct entry) mentions tools, a capability the
+    # llama3-instruct Go template lacks: detected, yet the GGUF's Jinja is kept (server/images.go:295-307).
+    llama3 = [text for name, text in selection.index() if name == "llama3-instruct"]
+    assert ["tools" in text for text in llama3] == [False, True]
+    assert selection.choose(llama3[0]).facts() == {"ollama.route": selection.ROUTE_GO,
+                                                   "ollama.template": "llama3-instruct", "ollama.distance": 0}
+    assert selection.choose(llama3[1]).facts() == {"ollama.route": selection.ROUTE_PREFER,
+                                                   "ollama.template": "llama3-instruct", "ollama.distance": 0}
+
+
+def test_go_template_vars_agree_with_the_parse_tree(harness):
+    for path in sorted(DATA.glob("*.gotmpl")):
+        done = subprocess.run([harness, "--vars"], input=path.read_text(encoding="utf-8"), capture_output=True,
+                              text=True, check=True)
+        from_go = {name for name in json.loads(done.stdout) if not name.startswith("$")}
+        assert selection.go_template_vars(selection.go_template(path.stem)) == from_go, path.name
+
+
+def test_the_harness_is_cached_by_its_source_digest(harness):
+    assert harness == str(harness_path())
+    assert source_digest()[:16] in harness
+
+
+# -- the goldens ggufdoctor recorded from Ollama's Go template package ---------------------------------------
+
+def golden_cells():
+    fixtures = json.loads((DATA / "fixtures.json").read_text(encoding="utf-8"))
+    goldens = json.loads((DATA / "goldens.json").read_text(encoding="utf-8"))
+    assert goldens["corpus_version"] == fixtures["version"]
+    cells = []
+    for name, renders in sorted(goldens["renders"].items()):
+        for fixture in fixtures["fixtures"]:
+            context = fixture["context"]
+            kwargs = {"enable_thinking": context["enable_thinking"]} if "enable_thinking" in context else {}
+            request = RenderRequest.make(selection.go_template(name), context["messages"],
+                                         tools=context.get("tools"), kwargs=kwargs, now=NOW,
+                                         add_generation_prompt=context["add_generation_prompt"],
+                                         template_id=name, case_id=fixture["name"])
+            cells.append((request, renders[fixture["name"]]))
+    return cells
+
+
+def test_every_recorded_ollama_golden_agrees(harness):
+    cells = golden_cells()
+    assert len(cells) == 200  # 20 Go templates x 10 fixtures
+    with CommandRunner([harness, "--template-package"], name="ollama-template-package") as runner:
+        outcomes = list(runner.render_many([request for request, _ in cells]))
+    disagreements, texts, refusals = [], 0, 0
+    for (request, golden), outcome in zip(cells, outcomes):
+        if isinstance(golden, str):
+            texts += 1
+            if outcome != Rendered(golden):
+                disagreements.append((request.cell(), golden, outcome))
+        else:  # typed content: api.Message's Content is a string; Go's decoder refuses it
+            refusals += 1
+            assert "unrepresentable" in golden
+            if not (isinstance(outcome, Raised) and outcome.refusal == RefusalKind.UNSUPPORTED
+                    and outcome.message.startswith("json: cannot unmarshal array into Go struct field")
+                    and outcome.message.endswith("of type string")):
+                disagreements.append((request.cell(), golden, outcome))
+    assert (texts, refusals) == (180, 20)
+    assert disagreements == []
+
+
+# -- the runner (chat route) ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def runner(harness):
+    with OllamaRunner(timeout=20.0) as r:
+        yield r
+
+
+def chat(template, messages, template_id="t", **extra):
+    extra.setdefault("add_generation_prompt", True)
+    return RenderRequest.make(template, messages, template_id=template_id, now=NOW, **extra)
+
+
+def entry(name):
+    return next(text for entry_name, text in selection.index() if entry_name == name)
+
+
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                             "parameters": {"type": "object", "properties": {
+                                                 "city": {"type": "string"}}, "required": ["city"]}}}]
+
+
+def test_go_route_renders_the_curated_template_and_refuses_what_ollama_refuses(runner):
+    chatml, command_r = entry("chatml"), entry("command-r")
+    user = [{"role": "user", "content": "Hi <b> & é"}]
+    outcomes = list(runner.render_many([
+        chat(chatml, [{"role": "system", "content": "A"}, {"role": "system", "content": "B"}] + user, "chatml"),
+        chat(chatml, user, "chatml", tools=WEATHER),
+        chat(chatml, user, "chatml", add_generation_prompt=False),
+        chat(chatml, user, "chatml", documents=[{"title": "a", "text": "b"}]),
+        chat(chatml, user, "chatml", kwargs={"enable_thinking": True}),
+        chat(chatml, user, "chatml", kwargs={"custom": 1}),
+        chat(chatml, [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "chatml"),
+        chat(command_r, user, "command-r", tools=WEATHER),
+    ]))
+    # Consecutive system messages merge with a blank line (collate); no HTML escaping of message text.
+    assert outcomes[0] == Rendered("<|im_start|>system\nA\n\nB<|im_end|>\n<|im_start|>user\nHi <b> & é<|im_end|>\n"
+                                   "<|im_start|>assistant\n")
+    assert outcomes[1] == Raised("chatgold does not support tools", RefusalKind.UNSUPPORTED)
+    assert isinstance(outcomes[2], Skipped) and "add_generation_prompt" in outcomes[2].message
+    assert isinstance(outcomes[3], Skipped) and "documents" in outcomes[3].message
+    assert outcomes[4] == Raised('"chatgold" does not support thinking', RefusalKind.UNSUPPORTED)
+    assert isinstance(outcomes[5], Skipped) and "custom" in outcomes[5].message
+    assert isinstance(outcomes[6], Raised) and outcomes[6].refusal == RefusalKind.UNSUPPORTED
+    assert isinstance(outcomes[7], Rendered) and "def get_weather(city: string, ) -> List[Dict]" in outcomes[7].text
+    facts = runner.template_facts()
+    assert facts["chatml"] == {"ollama.route": "go-template", "ollama.template": "chatml", "ollama.distance": 0}
+    assert facts["command-r"]["ollama.template"] == "command-r"
+
+
+def test_json_escapes_html_as_go_does_and_tool_calls_reach_the_template(runner):
+    command_r = entry("command-r")
+    messages = [{"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                    "name": "get_weather", "arguments": {"city": "<Paris & co>"}}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "18"}]
+    outcome = runner.render(chat(command_r, messages, "command-r", tools=WEATHER))
+    assert isinstance(outcome, Rendered)
+    assert '"city":"\\u003cParis \\u0026 co\\u003e"' in outcome.text  # encoding/json's HTML escaping
