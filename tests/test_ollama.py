@@ -191,3 +191,44 @@ def test_json_escapes_html_as_go_does_and_tool_calls_reach_the_template(runner):
     outcome = runner.render(chat(command_r, messages, "command-r", tools=WEATHER))
     assert isinstance(outcome, Rendered)
     assert '"city":"\\u003cParis \\u0026 co\\u003e"' in outcome.text  # encoding/json's HTML escaping
+
+
+# -- identify ------------------------------------------------------------------------------------------------
+
+def write_gguf(path, template, architecture="llama"):
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(str(path), architecture)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(["<unk>", "<s>", "</s>", "hello"])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_chat_template(template)
+    writer.add_tensor("weights", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_identify_names_ollamas_choice_and_the_probe_its_first_differing_case(tmp_path, harness):
+    from conformance.corpus.identify import describe, identify_gguf
+    from conformance.corpus.manifest import load_corpus
+    from conformance.corpus.ollama_choice import probe
+
+    chatml = entry("chatml")
+    (finding,) = identify_gguf(write_gguf(tmp_path / "chatml.gguf", chatml), load_corpus())
+    assert finding.ollama["ollama.route"] == "go-template" and finding.ollama["ollama.template"] == "chatml"
+    assert "uses its Go template chatml (index distance 0)" in describe(tmp_path, [finding], "")
+    (gemma4,) = identify_gguf(write_gguf(tmp_path / "g4.gguf", chatml, "gemma4"), load_corpus())
+    assert gemma4.ollama["ollama.route"] == "renderer" and gemma4.ollama["ollama.renderer"] == "gemma4"
+
+    found = probe(chatml, "<s>", "</s>", "<gguf>")
+    counts, first = found["counts"], found["first_difference"]
+    assert counts["cases"] == counts["passed"] + counts["not judged"] + counts["failed"]
+    assert counts["passed"] > 0 and counts["failed"] > 0  # e.g. tool cases: the Go template has no tools
+    assert first is not None and first["case"] and first["status"]
+    finding.ollama["probe"] = found
+    assert f"first differing case {first['case']}" in describe(tmp_path, [finding], "")

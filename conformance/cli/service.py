@@ -96,6 +96,7 @@ def cmd_identify(args) -> int:
         template_views,
     )
     from conformance.corpus.manifest import load_corpus
+    from conformance.corpus.ollama_choice import probe as probe_ollama
     from runners.gguf_header import read_header
 
     report, note = load_report(Path(args.report) if args.report else None)
@@ -110,6 +111,9 @@ def cmd_identify(args) -> int:
         if args.probe:
             for finding, text in zip(findings, read_header(Path(path)).chat_templates().values()):
                 finding.tokens["runners"] = probe_bos(finding, text)
+                if finding.ollama.get("ollama.route") != "renderer":
+                    finding.ollama["probe"] = probe_ollama(text, finding.bos_token, finding.eos_token,
+                                                           finding.corpus_id or "<gguf>")
         unknown += sum(1 for f in findings if f.corpus_id is None)
         everything.extend(findings)
         if not args.json:
@@ -156,5 +160,6 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the findings as JSON")
     p.add_argument("--probe", action="store_true",
                    help="ask the real llama-server (with and without --jinja) and transformers whether the BOS "
-                        "reaches the model doubled or missing with this file's template, tokens and flags")
+                        "reaches the model doubled or missing with this file's template, tokens and flags; and "
+                        "render every case as Ollama would (the ollama runner) to name its first differing case")
     p.set_defaults(func=cmd_identify)

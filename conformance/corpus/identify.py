@@ -32,6 +32,7 @@ class Finding:
     runners: dict = field(default_factory=dict)  # runner -> {"cells", "passed", "conformance"}
     builtin: dict = field(default_factory=dict)  # llama.cpp without --jinja: detected format, report verdict
     tokens: dict = field(default_factory=dict)   # the file's flags; per llama.cpp runner: the BOS verdict
+    ollama: dict = field(default_factory=dict)   # Ollama's choice (conformance/corpus/ollama_choice.py)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -120,6 +121,7 @@ def load_report(path: Optional[Path]) -> tuple:
 def identify_gguf(path: Path, corpus: Corpus, results: Optional[dict] = None,
                   views: Optional[dict] = None) -> list[Finding]:
     """results: runner_results(report); views: template_views(report)."""
+    from conformance.corpus.ollama_choice import choice_for
     from runners.llamacpp.builtin import detect
 
     path = Path(path)
@@ -140,6 +142,7 @@ def identify_gguf(path: Path, corpus: Corpus, results: Optional[dict] = None,
         finding = Finding(gguf=str(path), name=name, key=header.template_key(name), sha256=sha, size=len(data),
                           bos_token=bos, eos_token=eos)
         finding.builtin = detect(text).to_dict()
+        finding.ollama = choice_for(text, header.get("general.architecture"))
         finding.tokens = {"flags": flags, "runners": {}}
         if entry is not None:
             finding.corpus_id, finding.family = entry.id, entry.family
@@ -229,6 +232,10 @@ def describe(path: Path, findings: list[Finding], report_note: str) -> str:
         lines.append(f"  {f.key}  sha256:{f.sha256[:16]}  {f.size} bytes  bos={f.bos_token!r} eos={f.eos_token!r}")
         if f.builtin:
             lines.append("    " + _describe_builtin(f.builtin))
+        if f.ollama:
+            from conformance.corpus.ollama_choice import describe_lines
+
+            lines.extend("    " + line for line in describe_lines(f.ollama))
         if f.tokens:
             flags = f.tokens["flags"]
             lines.append(f"    tokens: add_bos_token={str(flags['add_bos_token']).lower()} "

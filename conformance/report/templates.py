@@ -93,13 +93,20 @@ def finalize_views(section: dict) -> None:
         found = Counter(basic["templates"].values())
         basic["counts"] = {verdict: found.get(verdict, 0) for verdict in BASIC_VERDICTS}
         facts = section.get("template_facts") or {}
+        grouping = None
         if any("builtin_format" in f for f in facts.values()):
+            grouping = ("detected built-in format", lambda f: f.get("builtin_format") or "(not recognised)")
+        elif any("ollama.route" in f for f in facts.values()):  # the ollama runner: its route and Go template
+            grouping = ("Ollama's choice", lambda f: " ".join(filter(None, (f.get("ollama.route", "(not run)"),
+                                                                             f.get("ollama.template")))))
+        if grouping is not None:
             formats: dict = {}
             for template, verdict in basic["templates"].items():
-                name = (facts.get(template) or {}).get("builtin_format") or "(not recognised)"
+                name = grouping[1](facts.get(template) or {})
                 formats.setdefault(name, Counter())[verdict] += 1
             basic["by_format"] = {name: {v: c.get(v, 0) for v in BASIC_VERDICTS}
                                   for name, c in sorted(formats.items(), key=lambda kv: -sum(kv[1].values()))}
+            basic["by_format_label"] = grouping[0]
     tokens = section.get("tokens")
     if tokens is not None:
         tokens["templates"] = dict(sorted(tokens["templates"].items()))
@@ -155,7 +162,8 @@ def markdown_lines(report) -> list:
         out.append("")
         for name, s in rows:
             if s["basic"].get("by_format"):
-                out += [f"<details><summary>{name}: by detected built-in format</summary>\n",
+                label = s["basic"].get("by_format_label", "detected built-in format")
+                out += [f"<details><summary>{name}: by {label}</summary>\n",
                         "| format | right | wrong | refused | not run |", "|---|---:|---:|---:|---:|"]
                 for fmt, c in s["basic"]["by_format"].items():
                     out.append(f"| `{fmt}` | {c['right']} | {c['wrong']} | {c['refused']} | {c['not run']} |")
@@ -194,14 +202,22 @@ def html_section(report) -> str:
             continue
         basic = (s.get("basic") or {}).get("templates", {})
         head = ["template", "basic conversations"]
+        ollama = any("ollama.route" in f for f in facts.values())
         if facts:
-            head += ["built-in format", "detected by", "checked against the server"]
+            head += (["Ollama route", "Go template", "distance"] if ollama
+                     else ["built-in format", "detected by", "checked against the server"])
         if tokens:
             head += ["BOS", "token verdicts"]
         rows = []
         for template in sorted(set(facts) | set(tokens) | set(basic)):
             cells = [f'<td class="name">{escape(template)}</td>', f"<td>{escape(basic.get(template, '–'))}</td>"]
-            if facts:
+            if facts and ollama:
+                f = facts.get(template, {})
+                distance = f.get("ollama.distance")
+                cells += [f'<td class="name">{escape(f.get("ollama.route", "–"))}</td>',
+                          f'<td class="name">{escape(f.get("ollama.template") or "–")}</td>',
+                          f'<td>{"–" if distance is None else distance}</td>']
+            elif facts:
                 f = facts.get(template, {})
                 shown = f.get("builtin_format") or ("not recognised" if "builtin_format" in f else "–")
                 cells += [f'<td class="name">{escape(shown)}</td>', f'<td class="name">{escape(f.get("rule", ""))}</td>',
