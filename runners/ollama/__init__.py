@@ -103,6 +103,8 @@ class OllamaRunner(Runner):
         from .build import built_go_version
         from .build import source_digest as harness_digest
 
+        if not self._fallback_built():
+            return None  # never build llama.cpp just to name the runner; uncached until it is built
         fallback = self._fallback_runner()
         fallback_identity = fallback.identity() if fallback is not None else None
         if fallback_identity is None:
@@ -112,6 +114,15 @@ class OllamaRunner(Runner):
                 "code": source_digest(*PROTOCOL_FILES, "ollama/__init__.py", "ollama/selection.py",
                                       "ollama/build.py"),
                 "fallback": fallback_identity}
+
+    def _fallback_built(self) -> bool:
+        from .. import parse_spec
+        from ..llamacpp import build
+
+        name, version = parse_spec(self.fallback_spec)
+        if name != "llamacpp":
+            return True
+        return build.find_llama_server(build.normalise_build(version) if version else None) is not None
 
     def _fallback_runner(self) -> Optional[Runner]:
         with self._lock:
