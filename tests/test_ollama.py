@@ -232,3 +232,35 @@ def test_identify_names_ollamas_choice_and_the_probe_its_first_differing_case(tm
     assert first is not None and first["case"] and first["status"]
     finding.ollama["probe"] = found
     assert f"first differing case {first['case']}" in describe(tmp_path, [finding], "")
+
+
+# -- the Jinja routes: llama.cpp at the build Ollama pins (built by scripts/setup.sh, else on first use) -------
+
+PLAIN = "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{% if add_generation_prompt %}<a>{% endif %}"
+THINKING = ("{% if enable_thinking is defined %}think={{ enable_thinking }}{% endif %}<think></think>"
+            "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}")
+TOOLS = "{% if tools %}{{ tools|length }} tools{% endif %}{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+
+
+def test_a_short_unrelated_template_is_taken_for_chatml():
+    # 97 edits from the index's first chatml entry: Ollama swaps in its ChatML Go template.
+    assert selection.detect(PLAIN) == ("chatml", 97)
+
+
+def test_fallback_renders_the_jinja_through_llama_cpp_after_ollamas_checks(runner):
+    assert selection.choose(THINKING).route == selection.choose(TOOLS).route == selection.ROUTE_FALLBACK
+    user = [{"role": "user", "content": "Hi"}]
+    outcomes = list(runner.render_many([
+        chat(THINKING, user, "thinking"),                                      # thinking on by default
+        chat(THINKING, user, "thinking", kwargs={"enable_thinking": False}),
+        chat(TOOLS, user, "tools", tools=WEATHER),
+        chat(TOOLS, [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}], "tools"),
+        chat(TOOLS, user, "tools", add_generation_prompt=False),
+    ]))
+    assert outcomes[0] == Rendered("think=True<think></think>[user]Hi")
+    assert outcomes[1] == Rendered("think=False<think></think>[user]Hi")
+    assert outcomes[2] == Rendered("1 tools[user]Hi")
+    assert isinstance(outcomes[3], Raised) and outcomes[3].refusal == RefusalKind.UNSUPPORTED
+    assert isinstance(outcomes[4], Skipped)
+    assert runner.template_facts()["tools"] == {"ollama.route": "fallback", "ollama.template": None,
+                                                "ollama.distance": None}
