@@ -36,6 +36,17 @@ def levenshtein(a: str, b: str) -> int:
     return previous[-1]
 
 
+def test_the_imported_data_is_what_the_pinned_wheel_shipped():
+    import hashlib
+
+    listed = dict(line.split()[::-1] for line in (DATA / "sources.sha256").read_text().splitlines() if line.strip())
+    assert len([name for name in listed if name.endswith(".gotmpl")]) == 20 and "index.json" in listed
+    for name, digest in listed.items():
+        assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == digest, name
+    assert "ce27c263f206c5666554086081504f2c75cf1309bc3cc512f8d85047a369c398" in (DATA / "PROVENANCE").read_text()
+    assert json.loads((DATA / "OLLAMA_PIN").read_text())["commit"].startswith("b79067b0")
+
+
 # -- selection ---------------------------------------------------------------------------------------------
 
 def test_bounded_distance_is_levenshtein_below_the_cut():
