@@ -27,6 +27,7 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"syscall"
 	"text/template"
 	"text/template/parse"
 	"time"
@@ -36,6 +37,8 @@ import (
 var build = "dev"
 
 const modelName = "chatgold"
+
+const memoryLimit = 4 << 30
 
 // ---- api types (api/types.go) ----
 
@@ -679,6 +682,16 @@ func main() {
 			fmt.Fprintf(os.Stderr, "usage: ollama-harness [--template-package | --decode-only | --vars < TEMPLATE]\n")
 			os.Exit(2)
 		}
+	}
+	// Address-space cap, as the project's Python harnesses have: a template that builds a gigantic string
+	// fails to allocate instead of taking the machine.
+	limit := syscall.Rlimit{Cur: memoryLimit, Max: memoryLimit}
+	var current syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_AS, &current) == nil && current.Max < limit.Max {
+		limit = syscall.Rlimit{Cur: current.Max, Max: current.Max}
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_AS, &limit); err != nil {
+		fmt.Fprintln(os.Stderr, "cannot cap the address space:", err)
 	}
 	in := bufio.NewReaderSize(os.Stdin, 1<<20)
 	out := bufio.NewWriter(os.Stdout)
