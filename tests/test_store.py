@@ -348,3 +348,151 @@ def test_the_gate_with_a_warm_store_gives_the_same_verdicts_as_cold(tmp_path):
     assert forced.returncode == 0, forced.stdout + forced.stderr
     assert re.search(r": 0 cells reused, [1-9][0-9]* rendered", forced.stdout), forced.stdout
     assert _verdicts(tmp_path, "forced") == _verdicts(tmp_path, "cold")
+
+
+# -- the store deletes only what it wrote (issue 32) -------------------------------------------------------------
+
+def _project(root: Path) -> dict:
+    """A folder that is somebody's project: a .git and a source tree; path -> bytes of every file."""
+    files = {".git/HEAD": b"ref: refs/heads/main\n", ".git/objects/ab/cdef": b"\x00blob",
+             "src/app.py": b"print('mine')\n", "src/empty_dir/.keep": b"", "notes.txt": b"keep me\n"}
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    (root / "src" / "no_pack_here").mkdir()
+    return files
+
+
+def _survives(root: Path, files: dict) -> None:
+    for name, data in files.items():
+        assert (root / name).read_bytes() == data, name
+    assert (root / "src" / "no_pack_here").is_dir()
+
+
+def test_a_project_folder_as_the_results_dir_survives_prune_clear_and_an_over_bound_check(tmp_path):
+    project = tmp_path / "project"
+    files = _project(project)
+    env = dict(os.environ, CHATGOLD_RESULTS_DIR=str(project), CHATGOLD_RESULTS_MAX_MB="0")
+    for argv in (("cache", "prune"), ("cache", "prune", "--max-mb", "0"), ("cache", "clear")):
+        done = _cli(*argv, env=env)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert "not a result store" in done.stderr and str(project) in done.stderr
+        _survives(project, files)
+    done = _cli("check", "--runner", "evaluator", "--template", TEMPLATE, "--case", "chat-single-user",
+                "--no-explain", "--no-attribution", env=env)
+    assert done.returncode in (0, 1), done.stderr
+    assert "continuing without it" in done.stderr and "not a result store" in done.stderr
+    _survives(project, files)
+    assert not (project / "CHATGOLD-RESULT-STORE").exists()
+
+
+def test_prune_and_clear_touch_only_packs_and_the_stores_own_files(tmp_path):
+    root = tmp_path / "store"
+    store = ResultStore(root, verbose=False)
+    identity = ("4" * 64, {"name": "someengine"})
+    store.record(identity, requests(), [Rendered("x")] * 4)
+    assert (root / "CHATGOLD-RESULT-STORE").is_file()
+    # Things the store did not write, inside it and inside an identity folder.
+    (root / "mine").mkdir()
+    (root / "mine" / "data.txt").write_text("mine")
+    (root / "README").write_text("mine")
+    (root / identity[0] / "notes.txt").write_text("mine")
+    (root / identity[0] / "x.pack").write_text("not a digest name: not a pack")
+    other = root / ("5" * 64)
+    other.mkdir()
+    (other / "precious.txt").write_text("mine")
+    stale = root / identity[0] / f".{'6' * 64}.pack.abc123.tmp"
+    stale.write_bytes(b"half a pack")
+    os.utime(stale, (time.time() - 7200, time.time() - 7200))
+    env = dict(os.environ, CHATGOLD_RESULTS_DIR=str(root))
+    done = _cli("cache", "prune", "--max-mb", "0", env=env)
+    assert done.returncode == 0 and "removed 2 packs" in done.stdout, done.stdout + done.stderr
+    assert not stale.exists() and store.packs() == []
+    store.record(identity, requests(), [Rendered("x")] * 4)
+    done = _cli("cache", "clear", env=env)
+    assert done.returncode == 0 and "removed 2 packs" in done.stdout, done.stdout + done.stderr
+    assert "removed 0 packs" in _cli("cache", "clear", env=env).stdout
+    for path in (root / "mine" / "data.txt", root / "README", root / identity[0] / "notes.txt",
+                 root / identity[0] / "x.pack", other / "precious.txt"):
+        assert path.read_text() in ("mine", "not a digest name: not a pack"), path
+    assert (root / "CHATGOLD-RESULT-STORE").is_file()
+
+
+def test_an_older_store_without_the_marker_is_adopted(tmp_path):
+    root = tmp_path / "store"
+    store = ResultStore(root, verbose=False)
+    identity = ("7" * 64, {"name": "someengine"})
+    store.record(identity, requests(), [Rendered("x")] * 4)
+    (root / "CHATGOLD-RESULT-STORE").unlink()
+    again = ResultStore(root, verbose=False)
+    assert again.lookup(identity[0], requests()) == [Rendered("x")] * 4
+    assert (root / "CHATGOLD-RESULT-STORE").is_file()
+    assert again.clear() == 2 and not (root / identity[0]).exists()
+
+
+def test_max_mb_must_be_a_finite_number(tmp_path):
+    env = dict(os.environ, CHATGOLD_RESULTS_DIR=str(tmp_path / "store"))
+    for value in ("inf", "nan", "-1", "lots"):
+        done = _cli("check", "--runner", "evaluator", "--template", TEMPLATE, "--case", "chat-single-user",
+                    "--no-explain", env=dict(env, CHATGOLD_RESULTS_MAX_MB=value))
+        assert done.returncode == 2 and "CHATGOLD_RESULTS_MAX_MB" in done.stderr, (value, done.stderr)
+        done = _cli("cache", "prune", "--max-mb", value, env=env)
+        assert done.returncode == 2 and "--max-mb" in done.stderr, (value, done.stderr)
+
+
+@pytest.mark.parametrize("state", ["read-only", "a file", "foreign folder"])
+def test_an_unusable_store_is_left_with_a_warning_not_an_aborted_check(tmp_path, state):
+    root = tmp_path / "store"
+    if state == "a file":
+        root.write_text("I am a file")
+    elif state == "foreign folder":
+        root.mkdir()
+        (root / "thesis.tex").write_text("mine")
+    else:
+        root.mkdir()
+        root.chmod(0o555)
+        if os.access(root, os.W_OK):  # root ignores permissions
+            pytest.skip("running as root: a read-only folder is writable")
+    try:
+        store = ResultStore(root)
+        log = tmp_path / "log"
+        with counted(log, build="b1") as runner:
+            assert run(runner, store, requests()) == expected("b1", requests())
+            assert run(runner, store, requests()) == expected("b1", requests())
+        assert renders(log) == 8 and store.unusable and store.counters.written == 0
+        assert store.prune_if_needed() is None
+        env = dict(os.environ, CHATGOLD_RESULTS_DIR=str(root))
+        done = _cli("check", "--runner", "evaluator", "--template", TEMPLATE, "--case", "chat-single-user",
+                    "--no-explain", env=env)
+        assert done.returncode in (0, 1) and "continuing without it" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+    finally:
+        if root.is_dir():
+            root.chmod(0o755)
+    if state == "a file":
+        assert root.read_text() == "I am a file"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
+def test_a_pack_that_is_not_a_regular_file_of_bounded_size_is_corrupt_not_read(store, tmp_path, kind):
+    import conformance.judge.store as module
+
+    identity = ("8" * 64, {"name": "someengine"})
+    cells = requests(templates=("T1 {{ x }}",))
+    store.record(identity, cells, [Rendered("x")] * 2)
+    path = store.pack_path(identity[0], request_key(cells[0])[0])
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev-zero":
+        os.symlink("/dev/zero", path)
+    else:
+        with open(path, "wb") as handle:
+            handle.truncate(module.MAX_PACK_BYTES + 1)  # sparse: no disk used
+    started = time.monotonic()
+    assert store.lookup(identity[0], cells) == [None, None]
+    assert time.monotonic() - started < 5
+    assert store.counters.corrupt == [str(path)]
+    store.record(identity, cells, [Rendered("y")] * 2)  # the next write replaces it with a pack
+    assert ResultStore(store.root, verbose=False).lookup(identity[0], cells) == [Rendered("y")] * 2
+    assert store.stats()["packs"] == 1

@@ -34,8 +34,10 @@ def cmd_stats(args) -> int:
 
 
 def cmd_prune(args) -> int:
+    from conformance.judge.store import megabytes_to_bytes
+
     store = _store(args)
-    limit = int(args.max_mb * 1024 * 1024) if args.max_mb is not None else None
+    limit = megabytes_to_bytes(args.max_mb, "--max-mb") if args.max_mb is not None else None
     done = store.prune(limit)
     print(f"{store.root}: removed {done['removed_packs']} packs ({_megabytes(done['freed_bytes'])}); "
           f"{_megabytes(done['bytes'])} left (bound {_megabytes(done['max_bytes'])})")
@@ -92,7 +94,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the statistics as JSON")
     p.set_defaults(func=cmd_stats)
     p = cache.add_parser("prune", help="remove the least recently used packs down to the size bound")
-    p.add_argument("--max-mb", type=float, default=None, metavar="MB",
+    p.add_argument("--max-mb", default=None, metavar="MB",
                    help="size bound in megabytes (default: $CHATGOLD_RESULTS_MAX_MB, or 2048)")
     p.set_defaults(func=cmd_prune)
     p = cache.add_parser("clear", help="remove every stored outcome")

@@ -8,6 +8,7 @@ a timeout, a missing engine) are never stored: a failure is asked again, never r
 
 Layout, under results_dir() (~/.cache/chatgold/results; $CHATGOLD_CACHE/results; $CHATGOLD_RESULTS_DIR):
 
+    CHATGOLD-RESULT-STORE                     the marker: this folder is a result store chatgold made
     <identity digest>/identity.json          the identity, for `chatgold cache stats`
     <identity digest>/<template sha256>.pack  one pack per template: case key -> outcome
     <identity digest>/.lock                   serialises writers of this identity's packs
@@ -19,14 +20,24 @@ Reading checks all of it; a pack that fails any check (truncated, flipped bits, 
 wrong name) is corrupt: none of its outcomes is trusted, its cells are rendered again and the pack rewritten.
 Writes are atomic (temporary file + rename) and, per identity, serialised by a lock file, so two runs writing
 at once lose nothing. The store is bounded (max_bytes): the least recently used packs go first.
+
+The store deletes only what it wrote: it uses a folder that is new, empty or holds its marker (an older store,
+only identity folders, is adopted), and refuses any other (StoreUnusable: `check` then renders without a store
+and says so; `cache prune|clear` stop with an error). Pruning and clearing remove pack files, the store's own
+temporaries and identity folders left with nothing else; a file or folder the store did not make survives.
+A pack is read only when it is a regular file of at most MAX_PACK_BYTES, opened without blocking (a FIFO or a
+device in its place is corrupt, not a hang); a store that cannot be written (read-only, a file in its place)
+is left for the rest of the run with a warning, never aborting it.
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import json
+import math
 import os
-import shutil
+import re
+import stat
 import sys
 import tempfile
 import threading
@@ -55,6 +66,14 @@ MAGIC = b"chatgold-results %d\n" % FORMAT
 PACK_SUFFIX = ".pack"
 IDENTITY_FILE = "identity.json"
 LOCK_FILE = ".lock"
+MARKER_FILE = "CHATGOLD-RESULT-STORE"
+MARKER_TEXT = b"chatgold result store: chatgold deletes only its own packs here\n"
+# One template's outcomes for one engine: a few MB in practice; anything larger is not a pack chatgold wrote.
+MAX_PACK_BYTES = 256 * 1024**2
+_DIGEST = re.compile(r"[0-9a-f]{64}\Z")
+_OWN_TEMPORARY = re.compile(r"\.(?:[0-9a-f]{64}\.pack|identity\.json)\.[A-Za-z0-9_]+\.tmp\Z")
+# A temporary older than this has no live writer: pruning removes it.
+STALE_TEMPORARY_SECONDS = 3600.0
 RESULTS_DIR_ENV = "CHATGOLD_RESULTS_DIR"
 MAX_BYTES_ENV = "CHATGOLD_RESULTS_MAX_MB"
 DEFAULT_MAX_BYTES = 2 * 1024**3
@@ -74,14 +93,104 @@ def results_dir() -> Path:
     return Path(cache) / "results"
 
 
+def megabytes_to_bytes(value, what: str) -> int:
+    """A size bound given in megabytes, as bytes; ValueError (a usage error) unless a finite number >= 0."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise ValueError(f"{what}={value!r}: expected a finite number of megabytes, 0 or more")
+    return int(number * 1024 * 1024)
+
+
 def default_max_bytes() -> int:
     configured = os.environ.get(MAX_BYTES_ENV)
     if configured:
-        try:
-            return int(float(configured) * 1024 * 1024)
-        except ValueError:
-            raise ValueError(f"{MAX_BYTES_ENV}={configured!r}: expected a number of megabytes") from None
+        return megabytes_to_bytes(configured, MAX_BYTES_ENV)
     return DEFAULT_MAX_BYTES
+
+
+class StoreUnusable(ValueError):
+    """The results folder is not one the store may use (a foreign non-empty folder, a file, unwritable)."""
+
+
+def _is_digest(name: str) -> bool:
+    return _DIGEST.match(name) is not None
+
+
+def check_root(root: Path, create: bool) -> bool:
+    """Whether root is a result store (True) or absent (False, unless create: then it is made one, marker
+    first). StoreUnusable when it is anything else: a file, or a non-empty folder without the marker that is not
+    an older store (identity folders only, then adopted)."""
+    try:
+        info = os.stat(root)
+    except FileNotFoundError:
+        if not create:
+            return False
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnusable(f"{root}: cannot create the result store ({exc.strerror or exc})") from None
+        return check_root(root, create)
+    except OSError as exc:
+        raise StoreUnusable(f"{root}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise StoreUnusable(f"{root}: not a folder (set {RESULTS_DIR_ENV} to a folder for the result store)")
+    marker = root / MARKER_FILE
+    if marker.is_file():
+        return True
+    try:
+        names = os.listdir(root)
+    except OSError as exc:
+        raise StoreUnusable(f"{root}: {exc.strerror or exc}") from None
+    if not all(_is_digest(name) and (root / name).is_dir() and not (root / name).is_symlink() for name in names):
+        raise StoreUnusable(f"{root}: a folder that is not empty and holds no {MARKER_FILE} file is not a result "
+                            f"store; chatgold will not write or delete there (set {RESULTS_DIR_ENV} to a new or "
+                            f"empty folder)")
+    if not names and not create:
+        return False  # an empty folder: made a store by the first write
+    try:
+        _atomic_write(marker, MARKER_TEXT)
+    except OSError as exc:
+        if names and not create:
+            return True  # an older store on a read-only disk: readable as it is
+        raise StoreUnusable(f"{root}: cannot write to the result store ({exc.strerror or exc})") from None
+    return True
+
+
+def read_regular(path, limit: int, what: str = "pack", head: Optional[int] = None) -> bytes:
+    """The bytes of a regular file of at most limit bytes: opened without blocking (a FIFO never hangs), its
+    type and size checked before reading (a device or an oversized file is refused, never read).
+    FileNotFoundError when absent; OSError (with why) when refused."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(f"not a regular file (a {_file_type(info.st_mode)})")
+        if info.st_size > limit:
+            raise OSError(f"{info.st_size} bytes, more than a {what} may hold ({limit})")
+        chunks, left = [], limit + 1 if head is None else head
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if head is None and len(data) > limit:
+            raise OSError(f"grew past {limit} bytes while read")
+        return data
+    finally:
+        os.close(fd)
+
+
+def _file_type(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISSOCK, "socket"), (stat.S_ISDIR, "folder")):
+        if test(mode):
+            return name
+    return "special file"
 
 
 def _sha256(text: str) -> str:
@@ -257,6 +366,36 @@ class ResultStore:
         self._bytes_written = 0
         self._distrusted: set = set()  # packs found corrupt, not merged into by the next write
         self._identities: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+        self._root_ok = False  # the root was found (or made) a result store
+        self.unusable: Optional[str] = None  # why this run goes without the store
+
+    # the root ---------------------------------------------------------------------------------------------
+    def _ready(self, create: bool) -> bool:
+        """Whether the store may be used (its root is a result store, made one when create); when it may not,
+        it is left for the rest of the run, said once."""
+        if self._root_ok:
+            return True
+        if self.unusable is not None:
+            return False
+        try:
+            found = check_root(self.root, create)
+        except StoreUnusable as exc:
+            self.give_up(str(exc))
+            return False
+        self._root_ok = found
+        return True
+
+    def give_up(self, why: str) -> None:
+        with self._lock:
+            if self.unusable is not None:
+                return
+            self.unusable = why
+        print(f"chatgold: warning: result store: {why}; continuing without it (every cell is rendered, nothing "
+              f"stored)", file=sys.stderr)
+
+    def check_root(self) -> bool:
+        """For commands that act on the store itself: whether it exists; StoreUnusable when it is not one."""
+        return check_root(self.root, create=False)
 
     # keys -------------------------------------------------------------------------------------------------
     def identity_of(self, runner: Runner) -> Optional[tuple]:
@@ -287,11 +426,12 @@ class ResultStore:
     # reading ----------------------------------------------------------------------------------------------
     def read_pack(self, identity: str, template: str) -> dict:
         """A pack's entries; {} when there is none or it is corrupt (then said once, and counted)."""
+        if not self._ready(create=False):
+            return {}
         path = self.pack_path(identity, template)
         try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-                mtime = os.fstat(handle.fileno()).st_mtime
+            data = read_regular(path, MAX_PACK_BYTES)
+            mtime = os.stat(path).st_mtime
         except (FileNotFoundError, NotADirectoryError):
             return {}
         except OSError as exc:
@@ -342,11 +482,21 @@ class ResultStore:
     # writing ----------------------------------------------------------------------------------------------
     def write(self, identity: tuple, template: str, entries: dict) -> None:
         """Merge entries (case key -> record) into the template's pack, atomically, under the identity's lock."""
-        if not entries:
+        if not entries or not self._ready(create=True):
             return
+        try:
+            data = self._write(identity, template, entries)
+        except OSError as exc:  # read-only, full, replaced by a file: the run goes on without the store
+            self.give_up(f"{self.root}: cannot write ({exc.strerror or exc})")
+            return
+        with self._lock:
+            self.counters.written += len(entries)
+            self._bytes_written += len(data)
+
+    def _write(self, identity: tuple, template: str, entries: dict) -> bytes:
         digest, described = identity
         directory = self.root / digest
-        directory.mkdir(parents=True, exist_ok=True)
+        directory.mkdir(exist_ok=True)
         info = directory / IDENTITY_FILE
         if not info.exists():
             _atomic_write(info, (json.dumps({"format": FORMAT, "semantics": SEMANTICS_VERSION,
@@ -361,9 +511,7 @@ class ResultStore:
             data = encode_pack(digest, template, merged)
             _atomic_write(path, data)
             self._distrusted.discard(path)
-        with self._lock:
-            self.counters.written += len(entries)
-            self._bytes_written += len(data)
+        return data
 
     def record(self, identity: tuple, requests: Sequence[RenderRequest], outcomes: Sequence[Outcome],
                keys: Optional[list] = None) -> None:
@@ -398,25 +546,37 @@ class ResultStore:
         self.write(identity, template_key(template), {capabilities_key(bos_token, eos_token): ["capabilities", caps]})
 
     # housekeeping -----------------------------------------------------------------------------------------
+    def _identity_dirs(self) -> list:
+        """The identity folders the store made (digest names, real folders); nothing else under the root."""
+        if not self.check_root():
+            return []
+        return [Path(entry.path) for entry in os.scandir(self.root)
+                if _is_digest(entry.name) and entry.is_dir(follow_symlinks=False)]
+
     def packs(self) -> list:
-        """(path, size, mtime) of every pack."""
+        """(path, size, mtime) of every pack (a digest-named file ending .pack in an identity folder); [] when
+        there is no store or it is unusable."""
         found = []
-        if not self.root.is_dir():
+        if self.unusable is not None:
             return found
-        for directory in self.root.iterdir():
-            if not directory.is_dir():
-                continue
+        try:
+            directories = self._identity_dirs()
+        except StoreUnusable:
+            return found
+        for directory in directories:
             for entry in os.scandir(directory):
-                if entry.name.endswith(PACK_SUFFIX):
+                name = entry.name
+                if name.endswith(PACK_SUFFIX) and _is_digest(name[:-len(PACK_SUFFIX)]):
                     try:
-                        stat = entry.stat()
+                        info = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
                         continue
-                    found.append((Path(entry.path), stat.st_size, stat.st_mtime))
+                    found.append((Path(entry.path), info.st_size, info.st_mtime))
         return found
 
     def stats(self) -> dict:
         """Per identity: what it is, its packs, cells and bytes, when last used; and the totals."""
+        self.check_root()
         identities: dict = {}
         for path, size, mtime in self.packs():
             row = identities.setdefault(path.parent.name, {"packs": 0, "entries": 0, "bytes": 0, "last_used": 0.0})
@@ -426,7 +586,8 @@ class ResultStore:
             row["entries"] += _header_entries(path)
         for digest, row in identities.items():
             try:
-                row["identity"] = json.loads((self.root / digest / IDENTITY_FILE).read_text(encoding="utf-8"))["identity"]
+                row["identity"] = json.loads(read_regular(self.root / digest / IDENTITY_FILE, 1 << 20,
+                                                          "identity file"))["identity"]
             except (OSError, ValueError, KeyError, TypeError):
                 row["identity"] = None
             row["last_used"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(row["last_used"]))
@@ -436,53 +597,86 @@ class ResultStore:
                 "entries": sum(r["entries"] for r in identities.values()), "identities": identities}
 
     def prune(self, max_bytes: Optional[int] = None) -> dict:
-        """Remove the least recently used packs until the store holds at most max_bytes; then identity folders
-        left without packs."""
+        """Remove the least recently used packs until the store holds at most max_bytes; then stale
+        temporaries of the store's own and identity folders left with nothing else. StoreUnusable when the
+        root is not a result store (nothing is removed)."""
         limit = self.max_bytes if max_bytes is None else max_bytes
+        self.check_root()
         packs = sorted(self.packs(), key=lambda p: p[2])
         total = sum(size for _, size, _ in packs)
         removed = freed = 0
         for path, size, _ in packs:
             if total <= limit:
                 break
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                pass
             total -= size
-            freed += size
-            removed += 1
-        for directory in (self.root.iterdir() if self.root.is_dir() else ()):
-            if directory.is_dir() and not any(n.endswith(PACK_SUFFIX) for n in os.listdir(directory)):
-                shutil.rmtree(directory, ignore_errors=True)
+            if _unlink(path):
+                freed += size
+                removed += 1
+        self._tidy(time.time() - STALE_TEMPORARY_SECONDS)
         return {"removed_packs": removed, "freed_bytes": freed, "bytes": total, "max_bytes": limit}
+
+    def _tidy(self, temporaries_before: float) -> None:
+        """Remove the store's temporaries older than temporaries_before, and every identity folder holding
+        nothing but its identity file and lock (rmdir: a folder holding anything else stays)."""
+        for directory in self._identity_dirs():
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue
+            for name in names:
+                if _OWN_TEMPORARY.match(name):
+                    path = directory / name
+                    try:
+                        if os.lstat(path).st_mtime < temporaries_before:
+                            _unlink(path)
+                    except OSError:
+                        pass
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                continue
+            if names and set(names) <= {IDENTITY_FILE, LOCK_FILE}:
+                for name in names:
+                    _unlink(directory / name)
+            try:
+                os.rmdir(directory)
+            except OSError:
+                pass  # not empty: a pack written meanwhile, or something the store did not make
 
     def prune_if_needed(self) -> Optional[dict]:
         """After this process wrote anything: prune when the store has grown past its bound."""
         with self._lock:
             wrote, self._bytes_written = self._bytes_written, 0
-        if not wrote:
+        if not wrote or self.unusable is not None:
             return None
         if sum(size for _, size, _ in self.packs()) <= self.max_bytes:
             return None
-        return self.prune()
+        try:
+            return self.prune()
+        except (StoreUnusable, OSError) as exc:
+            self.give_up(f"cannot prune: {exc}")
+            return None
 
     def clear(self) -> int:
-        """Remove every pack and identity folder; returns the number of packs removed."""
-        count = len(self.packs())
-        if self.root.is_dir():
-            for directory in self.root.iterdir():
-                if directory.is_dir():
-                    shutil.rmtree(directory, ignore_errors=True)
-                else:
-                    directory.unlink()
+        """Remove every pack, the store's temporaries and identity folders left empty; returns the number of
+        packs removed. StoreUnusable when the root is not a result store (nothing is removed)."""
+        self.check_root()
+        count = sum(_unlink(path) for path, _, _ in self.packs())
+        self._tidy(math.inf)
         return count
+
+
+def _unlink(path: Path) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
 
 
 def _header_entries(path: Path) -> int:
     try:
-        with open(path, "rb") as handle:
-            head = handle.read(4096)
+        head = read_regular(path, MAX_PACK_BYTES, head=4096)
         end = head.find(b"\n", len(MAGIC))
         return int(json.loads(head[len(MAGIC):end])["entries"]) if head.startswith(MAGIC) and end > 0 else 0
     except (OSError, ValueError, KeyError, TypeError):
