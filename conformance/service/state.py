@@ -1,0 +1,211 @@
+"""What the service loads once per process (corpus, cases, the pools, the result store) and the work its
+routes do: summaries, classifying a cell, attribution in its pool, new goldens in the reference's pool."""
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import time
+from pathlib import Path
+from typing import Optional
+
+from fastapi import HTTPException
+
+from conformance.corpus.cases import Case, load_cases
+from conformance.corpus.manifest import Corpus, TemplateEntry, load_corpus, sha256_text, templates_dir
+from conformance.judge.goldens import ENCODING_ERRORS, read_golden, read_meta
+from conformance.judge.status import result_for
+from conformance.service.limits import (
+    ATTRIBUTION_QUEUE,
+    ATTRIBUTION_WORKERS,
+    GOLDENS_CELL_SECONDS,
+    GOLDENS_QUEUE,
+    GOLDENS_TOTAL_SECONDS,
+    GOLDENS_WORKERS,
+    ID_PATTERN,
+    ID_RE,
+    WORKER_NICE,
+)
+from conformance.service.models import CheckRequest, GoldensRequest
+from conformance.service.workers import Busy, WorkPool
+from runners.base import Raised, RefusalKind, Rendered
+
+
+class State:
+    """Everything loaded once per server process; the reference runner starts on first use and stays warm."""
+
+    def __init__(self, corpus: Optional[Corpus] = None, cases: Optional[list[Case]] = None):
+        self.corpus = corpus or load_corpus()
+        self.cases = {c.id: c for c in (cases if cases is not None else load_cases())}
+        self.reference = {k: str(v) for k, v in read_meta().items()}
+        self.goldens_pool = WorkPool("reference", _reference_runner, GOLDENS_WORKERS, GOLDENS_QUEUE,
+                                     retry_after=int(GOLDENS_TOTAL_SECONDS // 4))
+        self.attribution_pool = WorkPool("attribution", _attribution_worker, ATTRIBUTION_WORKERS,
+                                         ATTRIBUTION_QUEUE, retry_after=5)
+        # Reference outcomes already rendered for the same transformers, template and case (judge/store.py).
+        from conformance.judge.store import ResultStore
+
+        self.store = ResultStore()
+        self.listings: dict = {}  # (id globs, detail) -> GET /v1/templates' encoded body (routes.build_listing)
+
+    def template(self, template_id: str) -> TemplateEntry:
+        if not ID_RE.match(template_id):
+            raise HTTPException(400, f"invalid template id {template_id!r}: ids match {ID_PATTERN}")
+        entry = self.corpus.by_id.get(template_id)
+        if entry is None:
+            raise HTTPException(404, f"unknown template id {template_id!r} (GET /v1/templates lists them)")
+        return entry
+
+    def case(self, case_id: str) -> Case:
+        if not ID_RE.match(case_id):
+            raise HTTPException(400, f"invalid case id {case_id!r}: ids match {ID_PATTERN}")
+        case = self.cases.get(case_id)
+        if case is None:
+            raise HTTPException(404, f"unknown case id {case_id!r} (GET /v1/cases lists them)")
+        return case
+
+    def close(self) -> None:
+        self.goldens_pool.close()
+        self.attribution_pool.close()
+
+
+def _reference_runner():
+    from runners.hf import HFRunner
+
+    return HFRunner(timeout=GOLDENS_CELL_SECONDS, nice=WORKER_NICE)
+
+
+def _attribution_worker():
+    from conformance.judge.attribution import AttributionWorker
+
+    return AttributionWorker(nice=WORKER_NICE)
+
+
+@functools.lru_cache(maxsize=4)
+def _construct_table(root: str) -> dict:
+    from conformance.corpus.manifest import load_constructs
+
+    return load_constructs(Path(root))
+
+
+def _constructs(entry: TemplateEntry, notes: list) -> Optional[list[str]]:
+    names = _construct_table(str(entry.root or templates_dir())).get(entry.sha256)
+    if names is None:
+        notes.append("constructs unavailable: not recorded in templates/constructs.json (run `chatgold corpus build`)")
+    return names
+
+
+def _capabilities(entry: TemplateEntry, notes: list) -> Optional[dict]:
+    try:
+        module = importlib.import_module("conformance.analysis.capabilities")
+        load = getattr(module, "load_capabilities")
+    except Exception as exc:
+        notes.append(f"capabilities unavailable: conformance.analysis.capabilities.load_capabilities missing ({exc})")
+        return None
+    try:
+        found = load(entry.id)
+    except Exception as exc:
+        notes.append(f"capabilities unavailable: {type(exc).__name__}: {str(exc)[:200]}")
+        return None
+    return dict(found) if found else None
+
+
+def summary_of(entry: TemplateEntry, detail: bool) -> dict:
+    notes: list = []
+    data = {"id": entry.id, "sha256": entry.sha256, "family": entry.family, "variant": entry.variant,
+            "generic": entry.generic, "bos_token": entry.bos_token, "eos_token": entry.eos_token,
+            "aliases": entry.aliases(), "constructs": None, "capabilities": None, "notes": notes}
+    if detail:
+        data["constructs"] = _constructs(entry, notes)
+        data["capabilities"] = _capabilities(entry, notes)
+    return data
+
+
+def check_one(state: State, cell: CheckRequest) -> dict:
+    """Classify one cell (a file read and a byte compare); attribution is added by the caller, through the
+    attribution pool."""
+    entry = state.template(cell.template)
+    case = state.case(cell.case)
+    golden = read_golden(entry.id, case.id)
+    if cell.output is not None:
+        outcome = Rendered(cell.output)
+    else:
+        outcome = Raised(cell.raised, RefusalKind(cell.refusal) if cell.refusal else RefusalKind.UNKNOWN)
+    judged = result_for("service", entry.id, case.id, golden, outcome)
+    result = {"template": entry.id, "case": case.id, "status": str(judged.status), "passed": judged.passed,
+              "golden_kind": golden.kind if golden else None,
+              "divergence": judged.divergence.to_dict() if judged.divergence else None,
+              "reference_message": judged.reference_message, "reference_refusal": judged.reference_refusal,
+              "note": judged.extra.get("note"), "attribution": None}
+    return result
+
+
+async def attribute(state: State, results: list) -> None:
+    """Attribute every diverged result in the attribution pool (one task per template); a full pool leaves them
+    {"unavailable": ...} saying so rather than making the caller wait."""
+    tasks: dict = {}  # template id -> (entry, cells)
+    places = []       # (result, template id, index of its cell in the task)
+    for result in results:
+        if result["divergence"] is None:
+            continue
+        entry, case = state.corpus.by_id[result["template"]], state.cases[result["case"]]
+        cells = tasks.setdefault(entry.id, (entry, []))[1]
+        places.append((result, entry.id, len(cells)))
+        cells.append((case.request("", entry.bos_token, entry.eos_token, template_id=entry.id),
+                      read_golden(entry.id, case.id), [result["divergence"]["offset"]]))
+    if not places:
+        return
+    jobs: dict = {}
+    try:
+        for template_id, (entry, cells) in tasks.items():
+            jobs[template_id] = state.attribution_pool.submit(
+                functools.partial(_run_attribution, (entry.source(), cells)))
+    except Busy as exc:
+        for future in jobs.values():
+            future.cancel()
+        for result, _, _ in places:
+            result["attribution"] = {"unavailable": f"attribution unavailable: {exc}"}
+        return
+    answers = {template_id: await asyncio.wrap_future(future) for template_id, future in jobs.items()}
+    for result, template_id, index in places:
+        result["attribution"] = answers[template_id][index][0]
+
+
+def _run_attribution(task, worker) -> list:
+    return worker.run(task)
+
+
+def render_goldens(state: State, body: GoldensRequest, cases: list, runner) -> dict:
+    data = body.template.encode("utf-8", ENCODING_ERRORS)
+    runner.retry_starts()  # a reference that failed to start for an earlier request gets another chance
+    deadline = time.monotonic() + GOLDENS_TOTAL_SECONDS
+    goldens, complete = [], True
+    requests = [case.request(body.template, body.bos_token, body.eos_token, template_id="<posted>")
+                for case in cases]
+    # The store answers first; only the cells it does not hold cost reference renders (and the deadline).
+    identity = state.store.identity_of(runner)
+    known = state.store.lookup(identity[0], requests) if identity else [None] * len(requests)
+    fresh: list = []
+    for case, request, outcome in zip(cases, requests, known):
+        if outcome is None:
+            if time.monotonic() > deadline:
+                complete = False
+                goldens.append({"case": case.id, "kind": "not-run",
+                                "text": f"overall limit of {GOLDENS_TOTAL_SECONDS:.0f} s reached"})
+                continue
+            outcome = runner.render(request)
+            fresh.append((request, outcome))
+        if isinstance(outcome, Rendered):
+            goldens.append({"case": case.id, "kind": "rendered", "text": outcome.text})
+        elif isinstance(outcome, Raised):
+            goldens.append({"case": case.id, "kind": "raised", "text": outcome.message})
+        else:
+            complete = False
+            why = outcome.message
+            goldens.append({"case": case.id, "kind": "errored", "text": why})
+    if identity and fresh:
+        state.store.record(identity, [r for r, _ in fresh], [o for _, o in fresh])
+    sha = sha256_text(data)
+    match = state.corpus.by_sha.get(sha)
+    return {"sha256": sha, "corpus_id": match.id if match else None, "reference": state.reference,
+            "complete": complete, "goldens": goldens}
