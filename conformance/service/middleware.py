@@ -35,9 +35,10 @@ from conformance.service.workers import Busy, RateLimiter
 
 LOG = logging.getLogger("uvicorn.error")
 LOG_EVERY_SECONDS = 60.0
-# After a refusal is written, what the client still sends is read and dropped for this long before the socket
-# closes: closing with unread input resets the connection, and the client would never see the answer.
+# After a refusal is written, what the client still sends is read and dropped for this long (this much at
+# most) before the socket closes: closing with unread input resets the connection, and the client would never see the answer.
 LINGER_SECONDS = 0.5
+LINGER_BYTES = 256 * 1024
 
 
 class LogOnce:
@@ -110,6 +111,7 @@ def bounded_protocol(book: Optional[ConnectionBook] = None, header_bytes: int = 
             self._tail = b""      # the last bytes seen, for an end of headers split between reads
             self._header_timer = None
             self._refused = False
+            self._dropped = 0
             why = book.admit(self._address)
             if why is not None:
                 log_once("connections", f"refusing connections: {why}")
@@ -127,8 +129,11 @@ def bounded_protocol(book: Optional[ConnectionBook] = None, header_bytes: int = 
             super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return  # read and dropped until the socket closes
+            if self._refused:  # read and dropped until the socket closes, a little at most
+                self._dropped += len(data)
+                if self._dropped > LINGER_BYTES:
+                    self.transport.close()
+                return
             if self._awaiting:
                 # Counted before the parser sees it: a header never grows past the limit in memory.
                 if self._header_timer is None:
