@@ -225,7 +225,11 @@ def parse_header(data, path: str = "<bytes>") -> GGUFHeader:
         raise GGUFHeaderError(path, kv_at, f"claims {kv_count} key/value pairs, more than the file can hold")
     header = GGUFHeader(path, version, tensor_count, reader.bo, _data=data)
     for index in range(kv_count):
+        key_at = reader.pos
         key = reader.string(f"key #{index}")
+        if key in header.values:  # llama.cpp refuses the file: which value would an engine use?
+            raise GGUFHeaderError(path, key_at, f"duplicate key {key!r} (key #{index}); llama.cpp refuses such a "
+                                                f"file")
         value_type = reader.value_type(f"type of {key}")
         header.values[key] = reader.value(value_type, key)
     return header

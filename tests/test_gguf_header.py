@@ -72,3 +72,27 @@ def test_bad_magic_and_version(tmp_path):
     path.write_bytes(b"GGUF" + (99).to_bytes(4, "little") + b"\0" * 40)
     with pytest.raises(GGUFHeaderError, match="unsupported GGUF version 99"):
         read_header(path)
+
+
+def test_a_duplicate_key_is_refused_as_llama_cpp_refuses_it(tmp_path):
+    """Two values for tokenizer.chat_template: llama.cpp's reader refuses the file; so does ours, at the byte
+    of the second key, instead of taking the last value."""
+    import struct
+
+    def string(text):
+        data = text.encode()
+        return struct.pack("<Q", len(data)) + data
+
+    def kv(key, value):
+        return string(key) + struct.pack("<I", 8) + string(value)  # 8: a string value
+
+    pairs = [kv("general.architecture", "llama"), kv("tokenizer.chat_template", "{{ first }}"),
+             kv("tokenizer.chat_template", "{{ second }}")]
+    head = b"GGUF" + struct.pack("<IQQ", 3, 0, len(pairs))
+    path = tmp_path / "dup.gguf"
+    path.write_bytes(head + b"".join(pairs))
+    with pytest.raises(GGUFHeaderError, match="duplicate key 'tokenizer.chat_template'") as raised:
+        read_header(path)
+    assert str(len(head) + len(pairs[0]) + len(pairs[1])) in str(raised.value)
+    path.write_bytes(head[:-8] + struct.pack("<Q", 2) + pairs[0] + pairs[1])
+    assert read_header(path).chat_templates() == {"default": "{{ first }}"}

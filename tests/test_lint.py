@@ -63,3 +63,59 @@ def test_bad_input_exits_2_naming_the_file(tmp_path, capsys, content, message):
     assert main(["lint", str(path)]) == 2
     err = capsys.readouterr().err
     assert str(path) in err and message in err
+
+
+# -- every input bounded (issue 32 items 4 and 6) ---------------------------------------------------------------
+
+def _config(tmp_path, template) -> str:
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>", "chat_template": template}))
+    return str(path)
+
+
+@pytest.mark.parametrize("where", ["string", "named"])
+def test_an_oversized_template_in_a_tokenizer_config_is_refused_like_a_jinja_file(tmp_path, capsys, where):
+    from runners.base import MAX_TEMPLATE_BYTES
+
+    big = "{{ messages }}" + "x" * MAX_TEMPLATE_BYTES
+    path = _config(tmp_path, big if where == "string" else [{"name": "default", "template": "{{ x }}"},
+                                                            {"name": "tool_use", "template": big}])
+    assert main(["lint", path, "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert path in err and "over the limit" in err and "chat_template" in err
+    if where == "named":
+        assert "'tool_use'" in err
+
+
+def test_an_oversized_template_in_a_gguf_is_refused(tmp_path, capsys):
+    from runners.base import MAX_TEMPLATE_BYTES
+    from runners.llamacpp.model import write_model
+
+    path = tmp_path / "model.gguf"
+    write_model(path, "{{ messages }}" + "x" * MAX_TEMPLATE_BYTES, "<s>", "</s>")
+    assert main(["lint", str(path), "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "tokenizer.chat_template" in err and "over the limit" in err
+
+
+def test_thousands_of_named_templates_are_refused_by_lint_and_import(tmp_path, capsys):
+    from conformance.corpus.manifest import CorpusError, MAX_NAMED_TEMPLATES, import_files
+
+    path = _config(tmp_path, [{"name": f"t{n}", "template": f"{{{{ {n} }}}}"} for n in range(5000)])
+    assert main(["lint", path, "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert path in err and f"limit of {MAX_NAMED_TEMPLATES}" in err and "5000 named templates" in err
+    root = tmp_path / "corpus"
+    with pytest.raises(CorpusError, match="5000 named templates"):
+        import_files([path], root=root)
+    assert not (root / "manifest.json").exists()
+
+
+def test_a_lone_surrogate_in_a_template_names_the_file_and_field(tmp_path, capsys):
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text('{"chat_template": [{"name": "default", "template": "{{ x }}"}, '
+                    '{"name": "rag", "template": "a\\ud800b"}]}')
+    assert main(["lint", str(path), "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and "chat_template[1] ('rag')" in err and "lone surrogate" in err
+    assert "U+D800" in err

@@ -442,8 +442,37 @@ def _token_text(value) -> Optional[str]:
     return value if isinstance(value, str) else None
 
 
+# Named templates in one file: real ones hold a handful (default, tool_use, rag); more is not a model's file.
+MAX_NAMED_TEMPLATES = 64
+# A tokenizer_config.json holds the vocabulary's added tokens as well: tens of MB at most in practice.
+MAX_CONFIG_BYTES = 64 * 1024 * 1024
+
+
+def _template_text(path: Path, field: str, text: str) -> bytes:
+    """A template's UTF-8 bytes; CorpusError naming the file and field when it is over MAX_TEMPLATE_BYTES or
+    holds a lone surrogate (a JSON \\ud800 escape: text no engine can be given)."""
+    if len(text) > MAX_TEMPLATE_BYTES:  # a character is at least a byte: refused before encoding
+        raise CorpusError(f"{path}: {field} is {len(text)} characters, over the limit of {MAX_TEMPLATE_BYTES} bytes "
+                          f"(the largest real chat template is under 50 KB)")
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise CorpusError(f"{path}: {field} holds a lone surrogate (U+{ord(text[exc.start]):04X} at character "
+                          f"{exc.start}), which is not text") from None
+    if len(data) > MAX_TEMPLATE_BYTES:
+        raise CorpusError(f"{path}: {field} is {len(data)} bytes, over the limit of {MAX_TEMPLATE_BYTES} bytes "
+                          f"(the largest real chat template is under 50 KB)")
+    return data
+
+
+def _count_named(path: Path, count: int) -> None:
+    if count > MAX_NAMED_TEMPLATES:
+        raise CorpusError(f"{path}: {count} named templates, over the limit of {MAX_NAMED_TEMPLATES} in one file")
+
+
 def candidates_from_file(path: Path) -> list[Candidate]:
-    """Templates in one file: .jinja, tokenizer_config.json, chat_template.json, or .gguf (header only)."""
+    """Templates in one file: .jinja, tokenizer_config.json, chat_template.json, or .gguf (header only). Each
+    within MAX_TEMPLATE_BYTES, at most MAX_NAMED_TEMPLATES of them (CorpusError naming the file otherwise)."""
     path = Path(path)
     source = "file"
     label = path.name
@@ -457,11 +486,13 @@ def candidates_from_file(path: Path) -> list[Candidate]:
         templates = header.chat_templates()
         if not templates:
             raise CorpusError(f"{path}: GGUF has no tokenizer.chat_template key")
+        _count_named(path, len(templates))
         bos, bos_id = header.special_token("bos")
         eos, eos_id = header.special_token("eos")
         stem = path.stem
         return [Candidate(
-            text=text.encode("utf-8"), source=source, path=label, key=header.template_key(name),
+            text=_template_text(path, header.template_key(name), text), source=source, path=label,
+            key=header.template_key(name),
             name=stem if name == "default" else f"{stem}-{name}", variant=name, bos_token=bos, eos_token=eos,
             bos_source=f"GGUF {label}: tokenizer.ggml.bos_token_id={bos_id}" if bos is not None else "none: GGUF has no BOS token",
             eos_source=f"GGUF {label}: tokenizer.ggml.eos_token_id={eos_id}" if eos is not None else "none: GGUF has no EOS token",
@@ -470,6 +501,9 @@ def candidates_from_file(path: Path) -> list[Candidate]:
         if path.suffix == ".jinja" and path.stat().st_size > MAX_TEMPLATE_BYTES:  # refused without reading it
             raise CorpusError(f"{path}: the template is {path.stat().st_size} bytes, over the limit of "
                               f"{MAX_TEMPLATE_BYTES} bytes (the largest real chat template is under 50 KB)")
+        if path.suffix == ".json" and path.stat().st_size > MAX_CONFIG_BYTES:
+            raise CorpusError(f"{path}: {path.stat().st_size} bytes, over the limit of {MAX_CONFIG_BYTES} bytes for "
+                              f"a tokenizer_config.json or chat_template.json")
         raw = path.read_bytes()
     except OSError as exc:
         raise CorpusError(f"{path}: cannot read: {exc.strerror or exc}") from None
@@ -491,13 +525,15 @@ def candidates_from_file(path: Path) -> list[Candidate]:
             tokens = {}
         stem = path.parent.name or path.stem
         if isinstance(template, str):
-            return [Candidate(text=template.encode("utf-8"), source=source, path=label, key="chat_template", name=stem, **tokens)]
+            return [Candidate(text=_template_text(path, "chat_template", template), source=source, path=label, key="chat_template", name=stem, **tokens)]
         if isinstance(template, list):
+            _count_named(path, len(template))
             found = []
             for index, item in enumerate(template):
                 if not isinstance(item, dict) or not isinstance(item.get("template"), str) or not isinstance(item.get("name"), str):
                     raise CorpusError(f"{path}: chat_template[{index}] must be an object with string name and template")
-                found.append(Candidate(text=item["template"].encode("utf-8"), source=source, path=label,
+                text = _template_text(path, f"chat_template[{index}] ({item['name'][:80]!r})", item["template"])
+                found.append(Candidate(text=text, source=source, path=label,
                                        key=f"chat_template[{index}]", variant=item["name"],
                                        name=stem if item["name"] == "default" else f"{stem}-{item['name']}", **tokens))
             return found
