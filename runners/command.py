@@ -48,7 +48,46 @@ START_TIMEOUT = 60.0
 BATCH_SIZE = 64
 STDERR_TAIL = 4000
 STDERR_KEEP = 64 * 1024  # bytes of a harness's stderr kept (the rest is read and dropped)
-MAX_LINE = 256 * 1024 * 1024
+# A response line (one outcome, JSON-escaped) is gathered in memory, then joined and decoded: a few times its
+# size at once. 32 MiB keeps a worker reading a runaway harness's line under ~200 MB; a real render is KBs.
+MAX_LINE = 32 * 1024 * 1024
+# Every harness process gets a data-segment cap (RLIMIT_DATA: heap and private writable mappings, not the
+# address space V8, Go or a JVM reserve without using): a template that allocates without end fails in its
+# harness rather than taking the machine. CHATGOLD_HARNESS_MEMORY_MB sets it for command: harnesses (0: none).
+HARNESS_MEMORY_ENV = "CHATGOLD_HARNESS_MEMORY_MB"
+DEFAULT_HARNESS_MEMORY = 4 * 1024**3
+_OUT_OF_MEMORY = ("out of memory", "MemoryError", "Allocation failed", "invalid size error", "bad_alloc",
+                  "memory allocation of", "Cannot allocate memory")
+
+
+def default_harness_memory() -> Optional[int]:
+    configured = os.environ.get(HARNESS_MEMORY_ENV)
+    if not configured:
+        return DEFAULT_HARNESS_MEMORY
+    try:
+        megabytes = float(configured)
+    except ValueError:
+        megabytes = -1.0
+    if not 0 <= megabytes < 2**40:
+        raise ValueError(f"{HARNESS_MEMORY_ENV}={configured!r}: expected a number of megabytes (0: no cap)")
+    return int(megabytes * 1024 * 1024) or None
+
+
+def limit_process_memory(pid: int, limit: Optional[int]) -> None:
+    """Cap a started process's data segment (what it inherits to its children too)."""
+    if not limit:
+        return
+    try:
+        import resource
+
+        resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass  # not Linux, or the process already gone: its other limits (time) still hold
+
+
+def memory_note(detail: str) -> str:
+    """' (out of memory)' when a harness's last words say so: an engine's allocation failure named as such."""
+    return " (out of memory)" if detail and any(marker in detail for marker in _OUT_OF_MEMORY) else ""
 GIVE_UP_AFTER = 3  # failed starts in a row after which a runner is given up for the run
 
 
@@ -124,7 +163,7 @@ class HarnessProcess:
 
     def __init__(self, argv: Sequence[str], env: Optional[dict] = None, cwd: Optional[str] = None,
                  start_timeout: float = START_TIMEOUT, validate: bool = False, version: int = PROTOCOL_VERSION,
-                 nice: int = 0):
+                 nice: int = 0, memory_limit: Optional[int] = None):
         self.argv = list(argv)
         self.version = version
         # validate: check every line both ways against runners/protocol/*.schema.json (a violation is a failure).
@@ -138,6 +177,7 @@ class HarnessProcess:
         except OSError as exc:
             raise RunnerUnavailable(f"cannot start harness {self.argv!r}: {exc}") from exc
         track(self.proc, self.tag)
+        limit_process_memory(self.proc.pid, memory_limit)
         self.stderr = StderrRing(self.proc.stderr)
         if nice:  # set after exec (no preexec_fn with threads); what it starts later inherits it
             try:
@@ -305,7 +345,7 @@ class CommandRunner(Runner):
     def __init__(self, argv: Sequence[str], name: Optional[str] = None, timeout: float = DEFAULT_TIMEOUT,
                  workers: int = 1, env: Optional[dict] = None, cwd: Optional[str] = None,
                  start_timeout: float = START_TIMEOUT, validate: bool = False, nice: int = 0,
-                 protocol: int = PROTOCOL_VERSION):
+                 protocol: int = PROTOCOL_VERSION, memory_limit: Optional[int] = -1):
         if not argv:
             raise ValueError("command runner needs a command line")
         self.argv = list(argv)
@@ -316,6 +356,8 @@ class CommandRunner(Runner):
         self.start_timeout = start_timeout
         self.validate = validate
         self.nice = nice  # added to the harness processes' niceness (a server keeps its own requests first)
+        # Bytes of data segment per harness process (-1: DEFAULT_HARNESS_MEMORY or $CHATGOLD_HARNESS_MEMORY_MB).
+        self.memory_limit = default_harness_memory() if memory_limit == -1 else memory_limit
         self._idle: "queue.Queue[Optional[HarnessProcess]]" = queue.Queue()
         for _ in range(self.workers):
             self._idle.put(None)
@@ -366,14 +408,16 @@ class CommandRunner(Runner):
         try:
             try:
                 proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout,
-                                      validate=self.validate, version=asked, nice=self.nice)
+                                      validate=self.validate, version=asked, nice=self.nice,
+                                      memory_limit=self.memory_limit)
             except VersionRefused:
                 if asked == 1:
                     raise
                 # A version-1 harness refuses 2 and exits, as version 1 tells it to: start it again with 1.
                 self.protocol = 1
                 proc = HarnessProcess(self.argv, env=self.env, cwd=self.cwd, start_timeout=self.start_timeout,
-                                      validate=self.validate, version=1, nice=self.nice)
+                                      validate=self.validate, version=1, nice=self.nice,
+                                      memory_limit=self.memory_limit)
         except HarnessFailure as exc:
             raise RunnerUnavailable(f"harness {self.argv!r} failed to start: {exc}") from exc
         with self._lock:
@@ -458,7 +502,7 @@ class CommandRunner(Runner):
                 proc = None
                 self.restarts += 1
                 outcomes.extend(exc.outcomes)
-                outcomes.append(Errored(f"{self.name}: {exc}", detail, timed_out=exc.timed_out))
+                outcomes.append(Errored(f"{self.name}: {exc}{memory_note(detail)}", detail, timed_out=exc.timed_out))
                 pending = pending[len(exc.outcomes) + 1:]
                 continue
             outcomes.extend(done)

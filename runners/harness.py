@@ -22,7 +22,8 @@ from .protocol import (
 )
 
 # Address-space cap for a harness process: a template that builds a gigantic string fails with MemoryError.
-DEFAULT_MEMORY_LIMIT = 4 * 1024**3
+# 2 GiB, as the evaluator's: a Python engine with its imports takes under 200 MB of it.
+DEFAULT_MEMORY_LIMIT = 2 * 1024**3
 
 
 def python_harness(module: str) -> tuple[list, dict]:

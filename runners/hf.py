@@ -47,6 +47,10 @@ def parse_now(now: str) -> _dt.datetime:
 # jinja2's exception types as refusal kinds: a syntax or assertion error is the template failing to compile;
 # TemplateError itself is what the template's raise_exception(M) raises (transformers'
 # utils/chat_template_utils.py, _compile_jinja_template); every other failure happens while rendering.
+# The reference's harness: transformers and its imports take under 200 MB of address space; a template that
+# allocates without end (a loop of 10^10 iterations, a string of GBs) gets MemoryError at 1 GiB, an Errored
+# cell, long before its time limit.
+HF_MEMORY_LIMIT = 1024**3
 _COMPILE_ERRORS = frozenset({"TemplateSyntaxError", "TemplateAssertionError"})
 _RAISE_ERROR = "TemplateError"
 
@@ -248,7 +252,7 @@ def main() -> None:
 
     renderer = HFRenderer()
     serve({"name": "hf", "version": renderer.version, "language": "python",
-           "homepage": HFRunner.homepage}, renderer.render)
+           "homepage": HFRunner.homepage}, renderer.render, memory_limit=HF_MEMORY_LIMIT)
 
 
 if __name__ == "__main__":

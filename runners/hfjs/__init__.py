@@ -27,8 +27,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 HARNESS = os.path.join(os.path.dirname(HERE), "examples", "harness.mjs")
 PACKAGE = "@huggingface/jinja"
 HOMEPAGE = "https://github.com/huggingface/huggingface.js/tree/main/packages/jinja"
-# The harness holds at most a few templates; a runaway template hits this heap cap rather than the machine.
-NODE_HEAP_MB = 1024
+# The harness holds at most a few templates; a runaway template hits this heap cap rather than the machine,
+# and the data-segment cap (RLIMIT_DATA, which V8's address-space reservations do not count against) bounds
+# what lives outside the heap.
+NODE_HEAP_MB = 512
+NODE_MEMORY_LIMIT = 1024 * 1024**2
 
 
 def cache_root() -> str:
@@ -118,6 +121,7 @@ class HFJSRunner(CommandRunner):
             modules = str(ensure_npm_package(PACKAGE, version, f"@huggingface/jinja {version}"))
         env = dict(os.environ, TZ="UTC")
         argv = [node, f"--max-old-space-size={NODE_HEAP_MB}", HARNESS, "--modules", modules]
+        options.setdefault("memory_limit", NODE_MEMORY_LIMIT)
         super().__init__(argv, name="hfjs" if version is None else f"hfjs@{version}", timeout=timeout,
                          workers=workers, env=env, **options)
         self.version = version or pinned_version()

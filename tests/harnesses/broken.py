@@ -4,7 +4,8 @@ Usage: broken.py MODE. Renders whose template is "BREAK" misbehave as MODE says;
 with the template text, so a test can show that the run goes on after the failure. MODE:
 crash (exit 3 after a stderr line), hang (never answer), badjson (print garbage), wrongseq (answer seq+100),
 extrafield (a response with a field the schema does not allow), slowstart (no start response for 60 s),
-badutf8 (a response line that is not UTF-8), ok (never misbehave).
+badutf8 (a response line that is not UTF-8), hugeline (a 40 MB response line), allocate (take 1 GB of memory,
+touching it, then answer), ok (never misbehave).
 """
 import json
 import sys
@@ -41,6 +42,11 @@ for raw in sys.stdin.buffer:
             send({"seq": seq + 100, "text": "late"})
         elif mode == "extrafield":
             send({"seq": seq, "text": "x", "debug": "not in the schema"})
+        elif mode == "hugeline":
+            send({"seq": seq, "text": "x" * (40 * 1024 * 1024)})
+        elif mode == "allocate":
+            hoard = bytearray(1024**3)
+            send({"seq": seq, "text": f"allocated {len(hoard)} bytes"})
         elif mode == "badutf8":
             out.write(b'{"seq": %d, "text": "\xff\xfe"}\n' % seq)
             out.flush()
