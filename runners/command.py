@@ -85,6 +85,18 @@ def limit_process_memory(pid: int, limit: Optional[int]) -> None:
         pass  # not Linux, or the process already gone: its other limits (time) still hold
 
 
+def last_words(stderr: str) -> str:
+    """What a harness's stderr says last: its final line (an exception's type and message), or with
+    CHATGOLD_DEBUG=1 all of the tail kept."""
+    text = stderr.strip()
+    if not text:
+        return ""
+    if os.environ.get("CHATGOLD_DEBUG"):
+        return "stderr:\n" + text
+    line = text.splitlines()[-1].strip()
+    return line if len(line) <= 300 else line[:300] + " ..."
+
+
 def memory_note(detail: str) -> str:
     """' (out of memory)' when a harness's last words say so: an engine's allocation failure named as such."""
     return " (out of memory)" if detail and any(marker in detail for marker in _OUT_OF_MEMORY) else ""
@@ -193,8 +205,14 @@ class HarnessProcess:
         self.bindings = False
         try:
             self.info = self._handshake(start_timeout)
-        except BaseException:
+        except HarnessFailure as exc:
+            words = last_words(self.stderr_tail()) if type(exc) is HarnessFailure else ""
             self.kill()  # a harness that never started must not outlive the attempt
+            if words:  # why it died (an engine's TypeError, a missing module), not only that it did
+                raise HarnessFailure(f"{exc}: {words}", exc.timed_out) from exc
+            raise
+        except BaseException:
+            self.kill()
             raise
 
     def _handshake(self, timeout: float) -> dict:

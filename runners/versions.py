@@ -170,9 +170,49 @@ def npm_dir(package: str, version: str) -> Path:
     return cache_root() / "npm" / f"{package.replace('/', '+').lstrip('@')}-{version}"
 
 
+_EXACT_NPM_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(?:-[0-9A-Za-z.-]+)?(?:\+[0-9A-Za-z.-]+)?\Z")
+_RESOLVED: dict = {}  # (package, tag or range) -> exact version, asked of npm once per process
+
+
+def resolve_npm_version(package: str, version: str, what: str, timeout: float = 120.0) -> str:
+    """An exact release for a dist-tag or range (`latest`, `3`, `^3.1`), asked of npm once per process; an exact
+    version as it is. Installing the exact one means a retry finds it installed instead of downloading again."""
+    if _EXACT_NPM_VERSION.match(version):
+        return version
+    key = (package, version)
+    if key in _RESOLVED:
+        return _RESOLVED[key]
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        raise RunnerUnavailable(f"{what} needs node and npm on PATH")
+    try:
+        done = subprocess.run([npm, "view", "--json", f"{package}@{version}", "version"], capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise RunnerUnavailable(f"{what}: npm did not answer which release {version!r} is within "
+                                f"{timeout:g} s") from None
+    found = None
+    if done.returncode == 0:
+        try:
+            answer = json.loads(done.stdout or "null")
+        except ValueError:
+            answer = None
+        if isinstance(answer, list) and answer:
+            answer = answer[-1]  # a range: its newest matching release
+        if isinstance(answer, str) and _EXACT_NPM_VERSION.match(answer):
+            found = answer
+    if found is None:
+        why = (done.stderr or done.stdout or "").strip().splitlines()
+        raise RunnerUnavailable(f"{what}: npm names no release of {package} for {version!r}"
+                                + (f" ({why[-1][:200]})" if why else ""))
+    _RESOLVED[key] = found
+    return found
+
+
 def ensure_npm_package(package: str, version: str, what: str, timeout: float = 600.0) -> Path:
     """`npm install <package>@<version>` (exact, no scripts) into <cache>/npm/<package>-<version>; returns its
-    node_modules."""
+    node_modules. A tag or range is resolved to its exact release first (resolve_npm_version)."""
+    version = resolve_npm_version(package, version, what)
     target = npm_dir(package, version)
     modules = target / "node_modules"
 

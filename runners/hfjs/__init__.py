@@ -116,8 +116,10 @@ class HFJSRunner(CommandRunner):
         if version is None:
             modules = ensure_installed()
         else:
-            from ..versions import ensure_npm_package
+            from ..versions import ensure_npm_package, resolve_npm_version
 
+            # `latest` or a range: the exact release, resolved once (its name, its cache folder, its identity).
+            version = resolve_npm_version(PACKAGE, version, f"@huggingface/jinja {version}")
             modules = str(ensure_npm_package(PACKAGE, version, f"@huggingface/jinja {version}"))
         env = dict(os.environ, TZ="UTC")
         argv = [node, f"--max-old-space-size={NODE_HEAP_MB}", HARNESS, "--modules", modules]
