@@ -1,5 +1,6 @@
 """The full hardening fuzz run: tests/test_fuzz_hardening.py with --examples inputs per target (templates, cases,
-request bodies; default 3400 each, 10,200 in all), fixed seed. `tox -e py` runs a slice of the same tests.
+request bodies, tokenizer_config shapes, raw request headers, result store states; default 3400 each), fixed
+seed. `tox -e py` runs a slice of the same tests.
 
     python benchmarks/fuzz_hardening.py [--examples 3400] [--out results.json]
 
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--examples", type=int, default=3400, help="inputs per target (three targets)")
+    parser.add_argument("--examples", type=int, default=3400, help="inputs per target (six targets)")
     parser.add_argument("--out", metavar="PATH", help="write the figures as JSON")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args()

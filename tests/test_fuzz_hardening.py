@@ -1,8 +1,10 @@
-"""Fuzz the hardening (issue #21): templates, cases and service request bodies, hypothesis-generated with a
-fixed seed. Properties: no traceback (an evaluator render ends Rendered, Raised, or Errored at a documented
+"""Fuzz the hardening (issues #21 and #32): templates, cases, service request bodies, tokenizer_config shapes
+(lint and import), raw request headers and result store states, hypothesis-generated with a fixed seed. Properties: no traceback (an evaluator render ends Rendered, Raised, or Errored at a documented
 limit, never "harness failed" or a crashed harness; a case loads or is refused with CaseError), no 5xx from the
 service (but the documented 503 busy) and JSON for every error, no unbounded allocation (the renderer's and the
-server's peak memory stay under a bound).
+server's peak memory stay under a bound); a tokenizer_config is read or refused with an error naming the file;
+headers over the limit get 431; the store never raises on a state it finds, never hangs on one, and never
+deletes a file it did not write.
 
 `tox -e py` runs a slice (FUZZ_SLICE inputs per target); `python benchmarks/fuzz_hardening.py` runs the full
 10,000 inputs (CHATGOLD_FUZZ_EXAMPLES per target) and records the figures README.md shows.
@@ -23,7 +25,7 @@ from service_support import start_service, stop_service
 from conformance.corpus.cases import CaseError, case_from_data
 from runners.base import RenderRequest
 
-FUZZ_SLICE = {"templates": 500, "cases": 500, "bodies": 400}
+FUZZ_SLICE = {"templates": 500, "cases": 500, "bodies": 400, "configs": 300, "headers": 150, "stores": 300}
 EXAMPLES = {target: int(os.environ.get("CHATGOLD_FUZZ_EXAMPLES", count)) for target, count in FUZZ_SLICE.items()}
 PEAK_MB = 1024          # the evaluator harness's peak RSS over a whole run (its cap: 2 GiB address space)
 SERVER_GROWTH_MB = 150  # the server's peak RSS growth over a whole run
@@ -280,3 +282,222 @@ def test_fuzz_request_bodies(server):
             server_growth_mb=grown, seconds=round(time.monotonic() - started, 1))
     assert sum(seen.values()) >= EXAMPLES["bodies"] * 0.9
     assert grown < SERVER_GROWTH_MB, grown
+
+
+# -- tokenizer_config.json shapes (lint, corpus import) ----------------------------------------------------------
+
+def _big_template(size: int) -> str:
+    return "{{ messages }}" + "x" * size
+
+
+TEMPLATE_TEXTS = st.one_of(st.just("{{ messages[0].content }}"), ANY_TEXT, st.just("{{ x }"), st.just("a\ud800b"),
+                           st.sampled_from([256 * 1024 - 14, 256 * 1024, 300_000]).map(_big_template),
+                           st.sampled_from(["{% for m in messages %}{{ m.content }}{% endfor %}", "{% raw %}"]))
+NAMED = st.fixed_dictionaries({}, optional={"name": st.one_of(ANY_TEXT, st.just("default"), JSON_VALUES),
+                                            "template": st.one_of(TEMPLATE_TEXTS, JSON_VALUES)})
+CHAT_TEMPLATES = st.one_of(TEMPLATE_TEXTS, TEMPLATE_TEXTS, st.lists(NAMED, max_size=5),
+                           st.integers(60, 70).map(lambda n: [{"name": f"t{i}", "template": "{{ x }}"}
+                                                              for i in range(n)]),
+                           JSON_VALUES)
+TOKENS = st.one_of(st.none(), ANY_TEXT, st.fixed_dictionaries({"content": st.one_of(ANY_TEXT, JSON_VALUES)}),
+                   JSON_VALUES)
+CONFIGS = st.one_of(
+    st.fixed_dictionaries({"chat_template": CHAT_TEMPLATES}, optional={"bos_token": TOKENS, "eos_token": TOKENS}),
+    st.dictionaries(ANY_TEXT, JSON_VALUES, max_size=4), JSON_VALUES)
+
+
+def test_fuzz_tokenizer_configs(tmp_path_factory):
+    from conformance.cli.common import UserError
+    from conformance.cli.lint import templates_from_file
+    from conformance.corpus.manifest import CorpusError
+
+    folder = tmp_path_factory.mktemp("configs")
+    seen: Counter = Counter()
+    started = time.monotonic()
+
+    @settings(max_examples=EXAMPLES["configs"], **SETTINGS)
+    @given(config=CONFIGS, raw=st.one_of(st.none(), st.none(), st.binary(max_size=40)),
+           name=st.sampled_from(["tokenizer_config.json", "chat_template.json"]))
+    def prop(config, raw, name):
+        path = folder / name
+        path.write_bytes(raw if raw is not None
+                         else json.dumps(config, ensure_ascii=True).encode("ascii"))
+        try:
+            found = templates_from_file(path, None, None, None)
+        except (CorpusError, UserError) as exc:
+            assert str(path) in str(exc), exc
+            assert len(str(exc)) < 2000, str(exc)[:300]
+            seen["refused"] += 1
+            return
+        assert found and all(len(t.text.encode("utf-8")) <= 256 * 1024 for t in found)
+        seen["read"] += 1
+
+    prop()
+    _record("configs", inputs=sum(seen.values()), outcomes=dict(seen), seconds=round(time.monotonic() - started, 1))
+    assert sum(seen.values()) >= EXAMPLES["configs"] * 0.9
+
+
+# -- raw request headers ---------------------------------------------------------------------------------------
+
+HEADER_NAMES = st.one_of(st.sampled_from([b"X-A", b"Accept", b"Authorization", b"Content-Length", b"Host",
+                                          b"Transfer-Encoding", b"Expect"]),
+                         st.binary(min_size=1, max_size=12))
+HEADER_VALUES = st.one_of(st.binary(max_size=40),
+                          st.tuples(st.sampled_from([1000, 30_000, 65_000, 65_536, 70_000, 200_000]),
+                                    st.sampled_from([b"a", b"\xff", b" "])).map(lambda t: t[1] * t[0]))
+HEADER_SETS = st.one_of(st.lists(st.tuples(HEADER_NAMES, HEADER_VALUES), max_size=6),
+                        st.integers(100, 5000).map(lambda n: [(b"X-%d" % i, b"v" * 20) for i in range(n)]))
+TARGETS = st.one_of(st.sampled_from([b"/v1/cases/chat-single-user", b"/v1/goldens/01-ai-yi-1.5-9b-chat/chat-system",
+                                     b"/openapi.json?x=1", b"/nope"]),
+                    st.integers(1000, 100_000).map(lambda n: b"/v1/cases/" + b"a" * n))
+
+
+def _exchange(url: str, request: bytes) -> tuple:
+    import socket
+
+    host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        try:
+            sock.sendall(request)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        data = b""
+        while True:
+            try:
+                chunk = sock.recv(1 << 16)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    return head, body
+
+
+def test_fuzz_request_headers(server):
+    from conformance.service.limits import MAX_HEADER_BYTES
+
+    proc, url = server
+    before = _peak_mb(proc.pid)
+    seen: Counter = Counter()
+    started = time.monotonic()
+
+    @settings(max_examples=EXAMPLES["headers"], **SETTINGS)
+    @given(target=TARGETS, headers=HEADER_SETS)
+    def prop(target, headers):
+        lines = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+        request = b"GET " + target + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + lines + b"\r\n"
+        head, body = _exchange(url, request)
+        assert head.startswith(b"HTTP/1.1 "), (request[:200], head[:200])
+        status = int(head.split()[1])
+        assert status < 500, (request[:200], head[:300], body[:300])
+        if len(request) > MAX_HEADER_BYTES:
+            assert status == 431, (len(request), head[:200])
+        if status != 200:
+            assert b"application/json" in head.lower(), head
+            json.loads(body)
+        seen[status] += 1
+
+    prop()
+    grown = _peak_mb(proc.pid) - before
+    _record("headers", inputs=sum(seen.values()), statuses={str(k): v for k, v in sorted(seen.items())},
+            server_growth_mb=grown, seconds=round(time.monotonic() - started, 1))
+    assert sum(seen.values()) >= EXAMPLES["headers"] * 0.9
+    assert grown < SERVER_GROWTH_MB, grown
+
+
+# -- result store states --------------------------------------------------------------------------------------
+
+DIGEST = "a" * 64
+PACK_NAMES = st.sampled_from(["b" * 64 + ".pack", "c" * 64 + ".pack"])
+FOREIGN_NAMES = st.sampled_from(["src/app.py", ".git/HEAD", "notes.txt", "x.pack", DIGEST + "/notes.txt",
+                                 DIGEST + "/old.pack", "d" * 64 + "/mine.txt", "e" * 63 + "/data"])
+PACK_STATES = st.sampled_from(["garbage", "empty", "magic-only", "fifo", "dev-zero", "folder", "valid-other"])
+STORE_STATES = st.fixed_dictionaries({
+    "root": st.sampled_from(["absent", "empty", "marked", "file", "unmarked"]),
+    "foreign": st.lists(FOREIGN_NAMES, max_size=3, unique=True),
+    "packs": st.lists(st.tuples(PACK_NAMES, PACK_STATES), max_size=2),
+    "ops": st.lists(st.sampled_from(["lookup", "record", "prune", "prune0", "clear", "stats"]), min_size=1,
+                    max_size=5)})
+
+
+def _make_store(root, state) -> dict:
+    from conformance.judge.store import MAGIC, MARKER_FILE, encode_pack
+
+    foreign = {}
+    if state["root"] == "file":
+        root.write_text("a file in the store's place")
+        return {str(root): "a file in the store's place"}
+    if state["root"] == "absent":
+        return foreign
+    root.mkdir()
+    if state["root"] == "marked":
+        (root / MARKER_FILE).write_text("chatgold result store\n")
+    for name in state["foreign"]:
+        if state["root"] == "empty" and "/" not in name:
+            continue
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"mine: {name}")
+        foreign[str(path)] = f"mine: {name}"
+    for name, kind in state["packs"]:
+        path = root / DIGEST / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists() or path.is_symlink():
+            continue
+        if kind == "fifo":
+            os.mkfifo(path)
+        elif kind == "dev-zero":
+            os.symlink("/dev/zero", path)
+        elif kind == "folder":
+            path.mkdir()
+        elif kind == "magic-only":
+            path.write_bytes(MAGIC)
+        elif kind == "valid-other":
+            path.write_bytes(encode_pack("f" * 64, name[:64], {}))
+        else:
+            path.write_bytes(b"" if kind == "empty" else os.urandom(64))
+    return foreign
+
+
+def test_fuzz_store_states(tmp_path_factory):
+    from conformance.judge.store import ResultStore, StoreUnusable
+    from runners.base import Rendered
+
+    seen: Counter = Counter()
+    started = time.monotonic()
+    counter = iter(range(10**9))
+    request = RenderRequest.make("T {{ x }}", [{"role": "user", "content": "hi"}])
+
+    @settings(max_examples=EXAMPLES["stores"], **SETTINGS)
+    @given(state=STORE_STATES)
+    def prop(state):
+        root = tmp_path_factory.mktemp("stores") / f"store{next(counter)}"
+        foreign = _make_store(root, state)
+        store = ResultStore(root, max_bytes=10**9, verbose=False)
+        identity = (DIGEST, {"name": "fuzz"})
+        for op in state["ops"]:
+            try:
+                if op == "lookup":
+                    found = store.lookup(DIGEST, [request])
+                    assert found in ([None], [Rendered("r")]), found
+                elif op == "record":
+                    store.record(identity, [request], [Rendered("r")])
+                elif op in ("prune", "prune0"):
+                    store.prune(0 if op == "prune0" else None)
+                elif op == "clear":
+                    store.clear()
+                else:
+                    store.stats()
+                seen[op] += 1
+            except StoreUnusable as exc:
+                assert str(root) in str(exc)
+                seen[f"{op} refused"] += 1
+        for path, text in foreign.items():
+            assert open(path).read() == text, (state, path)
+        states["count"] += 1
+
+    states = Counter()
+    prop()
+    _record("stores", inputs=states["count"], operations=dict(seen), seconds=round(time.monotonic() - started, 1))
+    assert states["count"] >= EXAMPLES["stores"] * 0.9

@@ -527,6 +527,8 @@ def candidates_from_file(path: Path) -> list[Candidate]:
         if isinstance(template, str):
             return [Candidate(text=_template_text(path, "chat_template", template), source=source, path=label, key="chat_template", name=stem, **tokens)]
         if isinstance(template, list):
+            if not template:
+                raise CorpusError(f"{path}: chat_template is an empty list: no template to read")
             _count_named(path, len(template))
             found = []
             for index, item in enumerate(template):

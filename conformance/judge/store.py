@@ -566,7 +566,8 @@ class ResultStore:
         for directory in directories:
             for entry in os.scandir(directory):
                 name = entry.name
-                if name.endswith(PACK_SUFFIX) and _is_digest(name[:-len(PACK_SUFFIX)]):
+                if (name.endswith(PACK_SUFFIX) and _is_digest(name[:-len(PACK_SUFFIX)])
+                        and not entry.is_dir(follow_symlinks=False)):  # a folder by that name is not the store's
                     try:
                         info = entry.stat(follow_symlinks=False)
                     except FileNotFoundError:
