@@ -391,7 +391,7 @@ def test_fuzz_request_headers(server):
         assert head.startswith(b"HTTP/1.1 "), (request[:200], head[:200])
         status = int(head.split()[1])
         assert status < 500, (request[:200], head[:300], body[:300])
-        if len(request) > MAX_HEADER_BYTES:
+        if request.index(b"\r\n\r\n") + 4 > MAX_HEADER_BYTES:  # a value may hold an end of headers
             assert status == 431, (len(request), head[:200])
         if status != 200:
             assert b"application/json" in head.lower(), head

@@ -37,8 +37,8 @@ LOG = logging.getLogger("uvicorn.error")
 LOG_EVERY_SECONDS = 60.0
 # After a refusal is written, what the client still sends is read and dropped for this long (this much at
 # most) before the socket closes: closing with unread input resets the connection, and the client would never see the answer.
-LINGER_SECONDS = 0.5
-LINGER_BYTES = 256 * 1024
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 4 * 1024 * 1024
 
 
 class LogOnce:
