@@ -15,6 +15,7 @@ answer 200, none refused or timed out). Also reported: what the hostile clients 
 resident memory before and after, and how many lines the server logged. Every loop is bounded in time.
 
 Usage: python benchmarks/bench_service_soak.py [--seconds 25] [--rate 50] [--json out.json]
+(`python -m benchmarks` runs it too.)
 """
 from __future__ import annotations
 
@@ -186,7 +187,9 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=50.0, help="normal client's requests per second")
     parser.add_argument("--extra", type=int, default=50, help="connection attempts per second beyond the limit")
     parser.add_argument("--oversized", type=int, default=4, help="clients sending oversized headers")
-    parser.add_argument("--json", help="write the figures here")
+    parser.add_argument("--json", "--out", dest="json", help="write the figures here")
+    for ignored in ("--templates", "--cases"):  # run_all passes the corpus slice to every benchmark
+        parser.add_argument(ignored, help=argparse.SUPPRESS)
     parser.add_argument("--hostile", nargs=2, metavar=("PORT", "SECONDS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.hostile:

@@ -25,7 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-OPTIONAL = ["bench_evaluator.py", "bench_llamacpp.py", "bench_service.py", "bench_properties.py"]
+OPTIONAL = ["bench_evaluator.py", "bench_llamacpp.py", "bench_service.py", "bench_service_soak.py",
+            "bench_properties.py"]
 
 
 def _run(script: str, extra: list, timeout: float) -> dict:
