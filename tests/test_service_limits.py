@@ -188,3 +188,23 @@ def test_a_body_that_does_not_arrive_in_time_gets_408():
     asyncio.run(limit({"type": "http", "headers": []}, receive, send))
     assert time.monotonic() - started < 5
     assert sent[0]["status"] == 408 and b"did not arrive" in sent[1]["body"]
+
+
+def test_running_out_of_descriptors_while_accepting_is_logged_once(caplog, monkeypatch):
+    import errno
+    import logging
+
+    import conformance.service.middleware as middleware
+
+    monkeypatch.setattr(middleware, "log_once", middleware.LogOnce())  # nothing said yet in this process
+    loop = asyncio.new_event_loop()
+    try:
+        with caplog.at_level(logging.WARNING, logger="uvicorn.error"):
+            for _ in range(500):
+                middleware.quiet_exception_handler(loop, {
+                    "message": "socket.accept() out of system resource",
+                    "exception": OSError(errno.EMFILE, "Too many open files")})
+    finally:
+        loop.close()
+    said = [r for r in caplog.records if "cannot accept connections" in r.getMessage()]
+    assert len(said) == 1 and "Too many open files" in said[0].getMessage()
