@@ -496,3 +496,22 @@ def test_a_pack_that_is_not_a_regular_file_of_bounded_size_is_corrupt_not_read(s
     store.record(identity, cells, [Rendered("y")] * 2)  # the next write replaces it with a pack
     assert ResultStore(store.root, verbose=False).lookup(identity[0], cells) == [Rendered("y")] * 2
     assert store.stats()["packs"] == 1
+
+
+def test_a_store_that_fails_to_write_is_left_for_the_run(tmp_path, capsys):
+    """The write path a read-only disk takes (an OSError from the store's own write), shown without root
+    permissions: the identity's folder is a file, so every write fails. The run goes on, renders every cell,
+    says so once, and leaves the file alone."""
+    root = tmp_path / "store"
+    store = ResultStore(root)
+    log = tmp_path / "log"
+    with counted(log, build="b1") as runner:
+        digest = store.identity_of(runner)[0]
+        root.mkdir()
+        (root / "CHATGOLD-RESULT-STORE").write_text("marker")
+        (root / digest).write_text("not a folder")
+        assert run(runner, store, requests()) == expected("b1", requests())
+        assert run(runner, store, requests()) == expected("b1", requests())
+    assert renders(log) == 8 and store.counters.written == 0 and "cannot write" in store.unusable
+    assert capsys.readouterr().err.count("continuing without it") == 1
+    assert (root / digest).read_text() == "not a folder"
