@@ -391,6 +391,7 @@ class CommandRunner(Runner):
         self.build: Optional[str] = None  # version 2: the harness's build identity, when it gives one
         self.harness_name: Optional[str] = None  # the name the harness gives itself
         self._described = False
+        self.start_answer: Optional[dict] = None
         self._failed_starts = 0
         self.given_up: Optional[str] = None  # why the runner was given up for the run, once it was
 
@@ -444,6 +445,7 @@ class CommandRunner(Runner):
             if not self._described:
                 self._described = True
                 info = proc.info
+                self.start_answer = dict(info)  # exactly what the harness answered (validate shows it)
                 self.harness_name = str(info.get("name", self.name))
                 if not self._name_override:
                     self.name = str(info.get("name", self.name))

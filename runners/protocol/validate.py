@@ -168,6 +168,8 @@ def probes() -> list:
                                                continue_final_message=True),
               ("rendered", "<user>hi</user><assistant>The answer is ")),
         Probe("tojson", R.make("{{ messages[0]|tojson }}", HELLO), ("rendered", '{"role": "user", "content": "Hello"}')),
+        Probe("trim_blocks", R.make("{% for m in messages %}\n  {% if true %}\n{{ m['content'] }}\n{% endif %}\n"
+                                    "{% endfor %}", HELLO), ("rendered", "Hello\n")),
         Probe("strftime_now", R.make("{{ strftime_now('%Y-%m-%d %H:%M') }}", HELLO, now="2024-07-04T23:34:56-02:00"),
               ("rendered", "2024-07-05 01:34")),
         Probe("refusal-compile", R.make("{% for %}", HELLO), ("raised", "compile", ""), strict=True),
@@ -222,6 +224,30 @@ def _meets(expected: tuple, outcome, version: int) -> bool:
     return version < 2 or str(outcome.refusal) == expected[1]
 
 
+# Globals the reference binds (SEMANTICS.md R18, R19) that an engine may not have: the probe that calls each.
+GLOBALS = {"refusal-raise": "raise_exception", "strftime_now": "strftime_now"}
+
+
+def _declined_or_lacking(probe: Probe, outcome, version: int) -> str:
+    """Why a refusal that is not the probe's expected one is still the engine's own behaviour (a DIFF), or "".
+
+    Two cases: the engine declines the template as a whole (a refusal of kind `unsupported`, which the protocol
+    allows and which never matches a reference refusal), and the engine lacks a global the reference binds
+    (raise_exception, strftime_now): calling it fails, a real difference `chatgold check` reports, not a harness
+    bug. A refusal that carries raise_exception's message under another kind is still a harness FAIL."""
+    if not isinstance(outcome, Raised):
+        return ""
+    if version >= 2 and str(outcome.refusal) == "unsupported":
+        return (f"the engine declines the template as a whole: {_shown(outcome)} (a refusal of kind unsupported "
+                f"never matches the reference's)")
+    name = GLOBALS.get(probe.label)
+    if name is None or (probe.expected[0] == "raised" and probe.expected[2] in outcome.message):
+        return ""
+    return (f"the engine does not bind `{name}`, a global the reference binds (SEMANTICS.md "
+            f"{'R18' if name == 'raise_exception' else 'R19'}): {_shown(outcome)}; templates that call it differ "
+            f"in `chatgold check`")
+
+
 def validate_harness(argv: Sequence[str], timeout: float = 20.0, out=sys.stdout, cwd: Optional[str] = None,
                      start_timeout: float = 60.0) -> Validation:
     """Start the harness, run every probe with schema validation on, print one line per probe. The result is
@@ -257,7 +283,8 @@ def validate_harness(argv: Sequence[str], timeout: float = 20.0, out=sys.stdout,
             say("FAIL", "start", str(exc))
             return result
         result.protocol = runner.protocol
-        say("ok", "start", json.dumps(info, ensure_ascii=False))
+        sent = getattr(runner, "start_answer", None) or info
+        say("ok", "start", f"the harness answered {json.dumps(sent, ensure_ascii=False)}")
         if runner.protocol < 2:
             print("note start: the harness speaks protocol version 1: no refusal kinds, no batch", file=out)
         for probe in probes():
@@ -268,6 +295,8 @@ def validate_harness(argv: Sequence[str], timeout: float = 20.0, out=sys.stdout,
                 say("ok", probe.label, _shown(outcome))
             elif isinstance(outcome, Skipped):  # declining is always allowed: never a pass, never a failure
                 say("SKIP", probe.label, outcome.message)
+            elif _declined_or_lacking(probe, outcome, runner.protocol):
+                say("DIFF", probe.label, _declined_or_lacking(probe, outcome, runner.protocol))
             elif probe.strict:
                 wanted = f"a refusal of kind {probe.expected[1]}" + (
                     f" carrying {probe.expected[2]!r}" if probe.expected[2] else "")
