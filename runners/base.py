@@ -217,6 +217,9 @@ class Runner:
     """Base class. Subclasses set `name` and implement `render`; `version` names the engine build."""
 
     name: str = "runner"
+    # The suite ships this runner, and may ship its baseline; a `command:` harness is the user's own and is
+    # never judged against a baseline the suite ships, whatever name it gives itself.
+    suite_baseline: bool = True
     version: str = "unknown"
     language: str = "python"
     homepage: str = ""

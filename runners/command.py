@@ -383,6 +383,7 @@ class CommandRunner(Runner):
         self._lock = threading.Lock()
         self.restarts = 0
         self._name_override = name
+        self.suite_baseline = name is not None  # only the suite's example harnesses are named by the suite
         self.name = name or os.path.basename(self.argv[0])
         self.version = "unknown"
         # The version asked for (1 forces version 1, e.g. to measure what batches gain); lowered to 1 once a

@@ -81,3 +81,47 @@ def test_protocol_md_introduction_table_and_schema_agree_on_the_refusal_kinds():
     table = set(re.findall(r"^\| `([a-z]+)` \| .*\| (?:jinja2|any other|nothing)", text, re.M))
     assert set(re.findall(r"`([a-z]+)`", intro)) == kinds
     assert table == kinds
+
+
+# -- 2, 3. a command: harness's baseline is the author's own ---------------------------------------------------
+
+def _harness(*flags) -> str:
+    return "command:" + " ".join([sys.executable, str(LACKING), *flags])
+
+
+def test_a_harness_named_after_a_bundled_runner_is_not_judged_against_its_baseline(tmp_path):
+    """A faithful harness calling itself minijinja, on a template minijinja's baseline lists 4 cells of: against
+    that baseline they would read "now passing"; the harness never recorded it, so nothing is known."""
+    template = "abdelkader-dev-quark-flash-1"
+    done = chatgold("check", "--runner", _harness("--name", "minijinja"), "--template", template, "--no-explain",
+                    "--no-attribution", "--json", tmp_path / "r.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    section = json.loads((tmp_path / "r.json").read_text())["runners"]["minijinja"]
+    assert section["expectations"] == {"file": "chatgold-expectations/minijinja.json", "known": 0}
+    assert section["verdicts"]["unexpected-pass"] == 0 and section["verdicts"]["expected-pass"] == 95
+    assert "no baseline at chatgold-expectations/minijinja.json" in done.stderr
+    # Pointing a command: harness at the suite's own folder is refused, by name.
+    done = chatgold("check", "--runner", _harness("--name", "minijinja"), "--template", template, "--no-explain",
+                    "--expectations", ROOT / "conformance" / "expectations", cwd=tmp_path)
+    assert done.returncode == 2 and "the suite's own baselines" in done.stderr, done.stderr
+
+
+def test_expectations_update_writes_into_the_current_directory_never_the_package(tmp_path):
+    suite = ROOT / "conformance" / "expectations"
+    before = {p.name: p.stat().st_mtime_ns for p in suite.iterdir()}
+    spec = _harness("--name", "minijinja", "--no-raise-exception")
+    template = "abacusai-smaug-mixtral-v0.1"
+    done = chatgold("expectations", "update", "--runner", spec, "--template", template, "--no-explain",
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    recorded = json.loads((tmp_path / "chatgold-expectations" / "minijinja.json").read_text())
+    assert recorded["runner"] == "minijinja" and template in recorded["cells"]
+    assert {p.name: p.stat().st_mtime_ns for p in suite.iterdir()} == before
+    # check reads the same folder by default: what was recorded is known.
+    done = chatgold("check", "--runner", spec, "--template", template, "--no-explain", "--no-attribution",
+                    cwd=tmp_path)
+    assert done.returncode == 0 and "unexpected outcomes: 0" in done.stdout, done.stdout + done.stderr
+    # A runner the suite ships is re-recorded only into a folder named on the command line.
+    done = chatgold("expectations", "update", "--runner", "evaluator", "--template", template, cwd=tmp_path)
+    assert done.returncode == 2 and "--expectations conformance/expectations" in done.stderr, done.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in suite.iterdir()} == before

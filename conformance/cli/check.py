@@ -29,8 +29,10 @@ def add_outputs(p) -> None:
 
 def add_expectations_dir(p) -> None:
     p.add_argument("--expectations", metavar="DIR", type=Path,
-                   help="directory of known-divergence baselines (<runner>.json); default: the suite's own "
-                        "(conformance/expectations), or $CHATGOLD_EXPECTATIONS_DIR")
+                   help="directory of known-divergence baselines (<runner>.json); default $CHATGOLD_EXPECTATIONS_DIR, "
+                        "else for a runner the suite ships its own (conformance/expectations; `expectations update` "
+                        "then needs the folder named), for a command: harness ./chatgold-expectations (never the "
+                        "suite's)")
 
 
 def selection_from_args(args):
@@ -92,6 +94,7 @@ def cmd_check(args) -> int:
             runner = open_runner(spec, args)
             try:
                 runs.append(run(runner, cells, judge, args.expectations, progress_printer(spec), store, refresh))
+                note_missing_baseline(runs[-1], spec)
                 if explainer is not None:
                     explainer.explain(runs[-1], runner, spec)
                 if agreement is None and runner.reports_capabilities():
@@ -153,6 +156,7 @@ def cmd_expectations_update(args) -> int:
 
     selection = selection_from_args(args)
     cells = selection.cells()
+    args.expectations = update_directory(args.runner, args.expectations)
     runner = open_runner(args.runner, args)
     explainer = None if args.no_explain else Explainer(args, selection, cells, everything=args.reexplain,
                                                         recording=True)
@@ -180,6 +184,30 @@ def cmd_expectations_update(args) -> int:
           f"from {len(cells)} {'cells (full matrix)' if selection.full else 'selected cells'}; "
           f"{counts['causes']} root causes, {counts['causes_without_reason']} without a reason yet")
     return EXIT_OK
+
+
+def update_directory(spec: str, directory):
+    """Where `expectations update` writes: the folder the user chose; for a `command:` harness without one,
+    ./chatgold-expectations; a runner the suite ships needs the folder named (the suite's own baselines change
+    only when asked for by path). Never the installed package by default."""
+    from conformance.judge.expectations import AUTHOR_DIR, baseline_directory, chosen_directory
+    from runners import EXAMPLE_HARNESSES
+
+    suite_runner = not spec.startswith("command:")
+    if suite_runner and chosen_directory(directory) is None:
+        shipped = "example harness" if spec in EXAMPLE_HARNESSES else "runner"
+        raise UserError(f"{spec} is a {shipped} the suite ships: name the folder to write its baseline to, "
+                        f"--expectations {AUTHOR_DIR}/ for your own copy, or --expectations conformance/expectations "
+                        f"(in a chatgold checkout) to re-record the suite's")
+    return baseline_directory(suite_runner, directory)
+
+
+def note_missing_baseline(results, spec: str) -> None:
+    """Say so when a `command:` harness has no baseline yet: every non-matching cell is then unexpected."""
+    path = results.expectations.path
+    if spec.startswith("command:") and path is not None and not path.exists():
+        print(f"{results.name}: no baseline at {path}: every non-matching cell is unexpected (record one with "
+              f"`chatgold expectations update --runner {spec!r} --expectations {path.parent}`)", file=sys.stderr)
 
 
 def add_explain_options(p) -> None:

@@ -223,7 +223,8 @@ class GateSession:
             return by_cell, None
         # Judged on this thread as soon as the engine is done; attribution waits for the report.
         judge = GoldenJudge(self.goldens)
-        results = judge_outcomes(runner_info(runner), cells, outcomes, judge)
+        results = judge_outcomes(runner_info(runner), cells, outcomes, judge,
+                                 suite_baseline=getattr(runner, "suite_baseline", True))
         if self.config.getoption("--chatgold-report"):  # token parity is shown by the report, not gated
             with self._slots:
                 add_token_parity(runner, cells, results, judge)

@@ -164,6 +164,36 @@ def runner_file_name(runner_name: str) -> str:
     return f"{safe}.json"
 
 
+# An engine author's baselines, when no directory is given: a folder in the current directory (their repository).
+AUTHOR_DIR = "chatgold-expectations"
+
+
+def chosen_directory(directory=None) -> Optional[Path]:
+    """The directory the user chose (--expectations, else $CHATGOLD_EXPECTATIONS_DIR), or None."""
+    chosen = directory or os.environ.get(EXPECTATIONS_DIR_ENV)
+    return Path(chosen) if chosen else None
+
+
+def is_suite_directory(directory: Path) -> bool:
+    return Path(directory).resolve() == EXPECTATIONS_DIR.resolve()
+
+
+def baseline_directory(suite_runner: bool, directory=None) -> Path:
+    """Where a runner's baseline is read from. A runner the suite ships (a builtin, a bundled example harness)
+    reads the suite's own folder unless told otherwise; any other harness (`command:`) reads the folder the user
+    chose, else ./chatgold-expectations, and never the suite's: a harness that names itself after a bundled runner
+    must not be judged against a baseline it never recorded."""
+    chosen = chosen_directory(directory)
+    if suite_runner:
+        return chosen or EXPECTATIONS_DIR
+    if chosen is None:
+        return Path(AUTHOR_DIR)
+    if is_suite_directory(chosen):
+        raise ExpectationsError(f"{chosen}: the suite's own baselines, for the runners it ships; a command: "
+                                f"runner's baseline lives in your own folder (--expectations DIR)")
+    return chosen
+
+
 def expectations_path(runner_name: str, directory: Optional[Path] = None) -> Path:
     return Path(directory or os.environ.get(EXPECTATIONS_DIR_ENV) or EXPECTATIONS_DIR) / runner_file_name(runner_name)
 

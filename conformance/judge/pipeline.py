@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
-from conformance.judge.expectations import Expectations, load_expectations, verdict
+from conformance.judge.expectations import Expectations, baseline_directory, load_expectations, verdict
 from conformance.judge.goldens import ENCODING_ERRORS, Golden, GoldenStore
 from conformance.judge.status import (
     CellResult,
@@ -214,12 +214,15 @@ def render(runner, cells: Sequence[Cell], progress: Optional[Callable[[int, int]
 
 
 def judge_outcomes(info: dict, cells: Sequence[Cell], outcomes: Sequence[Outcome], judge: Optional[Judge] = None,
-                   expectations: Optional[Expectations] = None, expectations_dir=None) -> RunnerResults:
-    """Status and verdict for every cell of one runner."""
+                   expectations: Optional[Expectations] = None, expectations_dir=None,
+                   suite_baseline: bool = True) -> RunnerResults:
+    """Status and verdict for every cell of one runner. `suite_baseline`: the runner is one the suite ships
+    (Runner.suite_baseline), whose baseline may be the suite's own; never true of a `command:` harness."""
     name = str(info.get("name", "runner"))
     judge = judge or GoldenJudge()
     results = judge.judge(name, [(c.template.id, c.case.id, o) for c, o in zip(cells, outcomes)])
-    expectations = expectations if expectations is not None else load_expectations(name, expectations_dir)
+    if expectations is None:
+        expectations = load_expectations(name, baseline_directory(suite_baseline, expectations_dir))
     apply_expectations(results, expectations)
     return RunnerResults(info, results, expectations)
 
@@ -255,7 +258,8 @@ def run(runner, cells: Sequence[Cell], judge: Optional[Judge] = None, expectatio
     outcomes = render(runner, cells, progress, store, refresh)
     info = runner_info(runner, time.perf_counter() - started)
     judge = judge or GoldenJudge()
-    results = judge_outcomes(info, cells, outcomes, judge, expectations_dir=expectations_dir)
+    results = judge_outcomes(info, cells, outcomes, judge, expectations_dir=expectations_dir,
+                             suite_baseline=getattr(runner, "suite_baseline", True))
     if tokens:
         add_token_parity(runner, cells, results, judge)
     return results
