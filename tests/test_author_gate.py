@@ -125,3 +125,24 @@ def test_expectations_update_writes_into_the_current_directory_never_the_package
     done = chatgold("expectations", "update", "--runner", "evaluator", "--template", template, cwd=tmp_path)
     assert done.returncode == 2 and "--expectations conformance/expectations" in done.stderr, done.stderr
     assert {p.name: p.stat().st_mtime_ns for p in suite.iterdir()} == before
+
+
+# -- 9. progress lines in a CI log ------------------------------------------------------------------------------
+
+def test_check_prints_progress_lines_at_an_interval_when_not_a_terminal(tmp_path):
+    done = chatgold("check", "--runner", _harness("--no-trim-blocks"), "--template", "abacusai-smaug-mixtral-v0.1",
+                    "--template", "abdelkader-dev-quark-flash-1", "--no-cache", "--workers", "1", "--no-explain",
+                    "--no-attribution", "--expectations", tmp_path / "none", cwd=tmp_path,
+                    env={"CHATGOLD_PROGRESS_INTERVAL": "0.02"})
+    lines = [line for line in done.stderr.splitlines() if line.startswith("chatgold progress: ")]
+    assert len(lines) >= 3, done.stderr
+    pattern = re.compile(r"chatgold progress: command:\S+ \S+ --no-trim-blocks: (\d+)/190 cells rendered \(\d+%\), "
+                         r"\d+:\d\d elapsed(, about \d+:\d\d left|, done)$")
+    counts = [int(pattern.match(line).group(1)) for line in lines]
+    assert counts == sorted(counts) and counts[-1] == 190 and lines[-1].endswith(", done")
+    assert any("left" in line for line in lines)
+    # A terminal-less run without the setting still prints at the default interval, and 0 turns it off.
+    done = chatgold("check", "--runner", _harness(), "--template", "abdelkader-dev-quark-flash-1", "--no-explain",
+                    "--no-attribution", "--expectations", tmp_path / "none", cwd=tmp_path,
+                    env={"CHATGOLD_PROGRESS_INTERVAL": "0"})
+    assert "chatgold progress" not in done.stderr

@@ -140,7 +140,7 @@ class Explainer:
             results, runner, self.reference, requests_by_cell(self.cells),
             cache=None if getattr(self.args, "no_cache", False) else ExplainCache(),
             families={t.id: t.family for t in self.selection.templates}, engine_builtin=is_builtin(spec),
-            progress=progress_printer(f"{spec} causes"), everything=self.everything, explain_bare=self.recording,
+            progress=progress_printer(f"{spec} causes", unit="groups"), everything=self.everything, explain_bare=self.recording,
             budget=getattr(self.args, "budget", None), max_groups=getattr(self.args, "max_groups", None))
         print(describe_causes(explanation, 5), file=sys.stderr)
         return explanation

@@ -1,7 +1,10 @@
 """What every `chatgold` subcommand shares: exit codes (defined once), the user-error type, progress."""
 from __future__ import annotations
 
+import os
 import sys
+import threading
+import time
 
 # Exit codes of every chatgold command (docs and `chatgold --help` list them).
 EXIT_OK = 0        # done; for check: every cell as its runner's expectations say
@@ -23,11 +26,17 @@ class UserError(Exception):
     """Bad input from the user: printed as one clear line, exit status 2."""
 
 
-def progress_printer(label: str, stream=None):
-    """A one-line progress bar on a terminal; silent otherwise (CI logs stay readable)."""
+# Seconds between progress lines when the output is not a terminal (a CI log); 0 turns them off.
+PROGRESS_INTERVAL_ENV = "CHATGOLD_PROGRESS_INTERVAL"
+PROGRESS_INTERVAL = 30.0
+
+
+def progress_printer(label: str, stream=None, unit: str = "cells"):
+    """A one-line progress bar on a terminal; elsewhere (a CI log) one line every PROGRESS_INTERVAL seconds
+    ($CHATGOLD_PROGRESS_INTERVAL), so a long run is never silent: what it does, how far, the time left."""
     stream = stream or sys.stderr  # the current stderr, not the one at import (it may have been replaced)
     if not stream.isatty():
-        return None
+        return progress_lines(label, stream, unit)
 
     def show(done: int, total: int) -> None:
         if done == total or done % 50 == 0:
@@ -38,3 +47,52 @@ def progress_printer(label: str, stream=None):
                 stream.write("\n")
             stream.flush()
     return show
+
+
+def progress_lines(label: str, stream, unit: str = "cells", interval: float = None):
+    """The log form of progress: a ticker thread prints the latest count at a steady interval (a slow step, one
+    reduction taking minutes, still gets its lines) until the count reaches its total."""
+    if interval is None:
+        try:
+            interval = float(os.environ.get(PROGRESS_INTERVAL_ENV, PROGRESS_INTERVAL))
+        except ValueError:
+            interval = PROGRESS_INTERVAL
+    if interval <= 0:
+        return None
+    state = {"done": 0, "total": 0, "started": None, "finished": False}
+    wake = threading.Event()
+    caller = threading.current_thread()
+
+    def line() -> str:
+        done, total = state["done"], state["total"]
+        elapsed = time.monotonic() - state["started"]
+        left = (f", about {_clock(elapsed * (total - done) / done)} left" if 0 < done < total
+                else ", done" if done >= total else "")
+        share = f" ({100 * done // total}%)" if total else ""
+        verb = {"cells": " rendered", "groups": " reduced"}.get(unit, "")
+        return f"chatgold progress: {label}: {done}/{total} {unit}{verb}{share}, {_clock(elapsed)} elapsed{left}"
+
+    def tick() -> None:
+        while not wake.wait(interval):
+            if state["finished"] or not caller.is_alive():
+                return
+            stream.write(line() + "\n")
+            stream.flush()
+
+    def show(done: int, total: int) -> None:
+        if state["started"] is None:
+            state["started"] = time.monotonic()
+            threading.Thread(target=tick, name="chatgold-progress", daemon=True).start()
+        state["done"], state["total"] = done, total
+        if done >= total and not state["finished"]:
+            state["finished"] = True
+            wake.set()
+            stream.write(line() + "\n")
+            stream.flush()
+    return show
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
+        f"{seconds // 60}:{seconds % 60:02d}"
