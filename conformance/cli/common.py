@@ -59,7 +59,8 @@ def progress_lines(label: str, stream, unit: str = "cells", interval: float = No
             interval = PROGRESS_INTERVAL
     if interval <= 0:
         return None
-    state = {"done": 0, "total": 0, "started": None, "finished": False}
+    state = {"done": 0, "total": 0, "started": time.monotonic(), "ticking": False, "finished": False,
+             "printed": False}
     wake = threading.Event()
     caller = threading.current_thread()
 
@@ -72,23 +73,29 @@ def progress_lines(label: str, stream, unit: str = "cells", interval: float = No
         verb = {"cells": " rendered", "groups": " reduced"}.get(unit, "")
         return f"chatgold progress: {label}: {done}/{total} {unit}{verb}{share}, {_clock(elapsed)} elapsed{left}"
 
+    lock = threading.Lock()  # one writer at a time, and never a tick after the final line
+
     def tick() -> None:
         while not wake.wait(interval):
-            if state["finished"] or not caller.is_alive():
-                return
-            stream.write(line() + "\n")
-            stream.flush()
+            with lock:
+                if state["finished"] or not caller.is_alive():
+                    return
+                state["printed"] = True
+                stream.write(line() + "\n")
+                stream.flush()
 
     def show(done: int, total: int) -> None:
-        if state["started"] is None:
-            state["started"] = time.monotonic()
-            threading.Thread(target=tick, name="chatgold-progress", daemon=True).start()
-        state["done"], state["total"] = done, total
-        if done >= total and not state["finished"]:
-            state["finished"] = True
-            wake.set()
-            stream.write(line() + "\n")
-            stream.flush()
+        with lock:
+            if not state["ticking"]:
+                state["ticking"] = True
+                threading.Thread(target=tick, name="chatgold-progress", daemon=True).start()
+            state["done"], state["total"] = done, total
+            if done >= total and not state["finished"]:
+                state["finished"] = True
+                wake.set()
+                if state["printed"]:  # a run shorter than one interval stays silent
+                    stream.write(line() + "\n")
+                    stream.flush()
     return show
 
 

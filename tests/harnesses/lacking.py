@@ -10,6 +10,7 @@ taken away, each switched off by default and on by a flag:
   --name NAME            the name the harness gives itself at start
   --build B              (version 2) the build identity it gives at start
   --unsupported          answer every compile failure as a refusal of kind `unsupported`
+  --delay S              sleep S seconds before each render (a slow engine)
 
     python tests/harnesses/lacking.py --no-raise-exception --no-trim-blocks --protocol 1
 """
@@ -35,6 +36,7 @@ def main() -> None:
     parser.add_argument("--protocol", type=int, choices=(1, 2), default=2)
     parser.add_argument("--name", default="lacking-jinja2")
     parser.add_argument("--build")
+    parser.add_argument("--delay", type=float, default=0.0)
     args = parser.parse_args()
     env = plain_jinja2.environment()
     env.trim_blocks = not args.no_trim_blocks
@@ -47,6 +49,16 @@ def main() -> None:
     minimal_harness.INFO = dict(minimal_harness.INFO, name=args.name)
     if args.build:
         minimal_harness.INFO["build"] = args.build
+    if args.delay:
+        import time
+
+        engine = minimal_harness.render_with_engine
+
+        def slow(*request):
+            time.sleep(args.delay)
+            return engine(*request)
+
+        minimal_harness.render_with_engine = slow
     if args.unsupported:
         faithful = minimal_harness.render_with_engine
 
