@@ -146,3 +146,48 @@ def test_check_prints_progress_lines_at_an_interval_when_not_a_terminal(tmp_path
                     "--no-attribution", "--expectations", tmp_path / "none", cwd=tmp_path,
                     env={"CHATGOLD_PROGRESS_INTERVAL": "0"})
     assert "chatgold progress" not in done.stderr
+
+
+# -- 4. the change summary by cause, on the terminal, in Markdown and in JUnit ----------------------------------
+
+def test_the_gate_names_new_fixed_and_moved_causes_everywhere(tmp_path):
+    """Baseline: an engine without strftime_now. Then the author fixes strftime_now and breaks raise_exception:
+    both strftime_now causes are fixed, raise_exception's is new, and the two cells that refused on
+    strftime_now before the reference's raise_exception now refuse on raise_exception: moved."""
+    import xml.etree.ElementTree as ET
+
+    template = "dphn-dolphin-mistral-24b-venice-edition"
+    selection = ["--template", template, "--case", "developer*", "--case", "chat-*"]  # 13 cases
+    done = chatgold("expectations", "update", "--runner", _harness("--no-strftime-now"), *selection, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    baseline = json.loads((tmp_path / "chatgold-expectations" / "lacking-jinja2.json").read_text())
+    old = {c["id"]: c["title"] for c in baseline["causes"]}
+    done = chatgold("check", "--runner", _harness("--no-raise-exception"), *selection, "--no-attribution",
+                    "--junit", tmp_path / "j.xml", "--markdown", tmp_path / "s.md", "--json", tmp_path / "r.json",
+                    cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    section = json.loads((tmp_path / "r.json").read_text())["runners"]["lacking-jinja2"]
+    [new] = [c for c in section["causes"] if not c["known"]]
+    assert new["id"] not in old and len(new["cells"]) == 2
+    out = done.stdout
+    assert "    cells: 0 known, 0 new, 2 changed, 11 now passing, 0 not run" in out
+    assert "    causes: 1 new, 2 fixed, 2 cells moved to another cause" in out
+    assert f"      NEW   {new['id']} {new['title']} (2 cells)" in out
+    for cause_id, title in old.items():
+        assert f"      FIXED {cause_id} {title}: its reproducer no longer differs" in out
+    [moved_from] = [c for c, t in old.items() if "raise_exception" in t]
+    assert f"      MOVED 2 cells from {moved_from} {old[moved_from]} to {new['id']} {new['title']}" in out
+    assert out.count(f"its cause changed from {moved_from} to {new['id']}") == 2
+    markdown = (tmp_path / "s.md").read_text()
+    assert "### Changes by root cause" in markdown and "**lacking-jinja2**: 1 new, 2 fixed, 2 cells moved" in markdown
+    assert f"- new `{new['id']}` " in markdown and f"- moved 2 cells from `{moved_from}`" in markdown
+    assert all(f"- fixed `{c}` " in markdown for c in old)
+    suite = ET.parse(tmp_path / "j.xml").getroot()[0]
+    names = {case.get("name"): case for case in suite.findall("testcase")}
+    assert names[f"new cause {new['id']}: {new['title']}"].find("failure") is not None
+    assert all(names[f"fixed cause {c}: {t}"].find("failure") is None for c, t in old.items())
+    assert names[f"moved 2 cell(s) from cause {moved_from} to {new['id']}"].find("failure") is not None
+    template_case = names[template]
+    assert template_case.find("failure").get("message") == "2 unexpected cell(s) of 13"
+    assert template_case.find("system-out").text == "13 cells: 0 match, 2 unexpected, 11 now passing (update the baseline)"
+    assert int(suite.get("tests")) == 5 and int(suite.get("failures")) == 3

@@ -60,7 +60,10 @@ def test_check_writes_every_output_and_fails_on_unexpected(outputs):
 
     suites = ET.parse(out / "j.xml").getroot()
     for suite in suites:
-        assert len(suite.findall("testcase")) == cells
+        # One test case per template (its system-out counts every cell of it), then one per change of cause.
+        per_template = [c for c in suite.findall("testcase") if c.get("classname") == suite.get("name")]
+        assert [c.get("name") for c in per_template] == sorted(TEMPLATES)
+        assert sum(int(c.findtext("system-out").split(" cells:")[0]) for c in per_template) == cells
         assert int(suite.get("failures")) == len(suite.findall("testcase/failure"))
     badge = json.loads((out / "badges" / "minijinja.json").read_text())
     section = report["runners"]["minijinja"]

@@ -61,14 +61,23 @@ def _case_from_args(args):
 def cmd_render(args) -> int:
     from runners import get_runner
 
-    source, bos, eos, label = _template_from_args(args)
-    case = _case_from_args(args)
-    request = case.request(source, bos, eos, template_id=label)
-    runner = get_runner(args.runner)
-    try:
-        outcome = runner.render(request)
-    finally:
-        runner.close()
+    if args.cause:
+        from conformance.cli.replay import replay_cause
+
+        if args.case or args.case_file:
+            raise UserError("--cause replays the cause's own conversation: give no --case/--case-file")
+        outcome = replay_cause(args)
+    else:
+        if not (args.case or args.case_file):
+            raise UserError("give --case ID or --case-file PATH (or --cause ID to replay a baseline's cause)")
+        source, bos, eos, label = _template_from_args(args)
+        case = _case_from_args(args)
+        request = case.request(source, bos, eos, template_id=label)
+        runner = get_runner(args.runner)
+        try:
+            outcome = runner.render(request)
+        finally:
+            runner.close()
     if outcome.kind == "rendered":
         sys.stdout.buffer.write(outcome.text.encode("utf-8", "surrogatepass"))
         sys.stdout.flush()
@@ -89,14 +98,21 @@ def register(sub) -> None:
     p = sub.add_parser("render", help="render one template x case; writes exactly the rendered bytes to stdout",
                        description="Writes exactly the rendered bytes to stdout. Exit 3: the template raised "
                                    "(message on stderr); 4: the runner failed; 5: the runner skipped the cell.")
-    p.add_argument("--runner", default="hf", help="runner name (default: hf, the reference)")
+    p.add_argument("--runner", default="hf", metavar="R",
+                   help="runner spec: a name (see `chatgold engines list`; default hf, the reference), NAME@VERSION, "
+                        "or command:'<argv>' for your own harness")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--template", metavar="ID", help="corpus template id")
+    src.add_argument("--cause", metavar="ID",
+                     help="replay a root cause's minimal reproducer from the runner's baseline (template, case and "
+                          "special tokens); stderr shows what the baseline recorded on both sides")
     src.add_argument("--template-file", metavar="PATH", help=".jinja, tokenizer_config.json, chat_template.json or .gguf")
     p.add_argument("--template-name", metavar="NAME", help="named variant inside the file (tool_use, rag, ...)")
     p.add_argument("--bos", metavar="TEXT", help="bos_token text (overrides the file's)")
     p.add_argument("--eos", metavar="TEXT", help="eos_token text (overrides the file's)")
-    case = p.add_mutually_exclusive_group(required=True)
+    p.add_argument("--expectations", metavar="DIR", type=Path,
+                   help="with --cause: the baselines folder (as for `chatgold check`)")
+    case = p.add_mutually_exclusive_group()
     case.add_argument("--case", metavar="ID", help="case id")
     case.add_argument("--case-file", metavar="PATH",
                       help="a JSON file holding one conversation: only `messages` is required; `tools`, `documents`, "

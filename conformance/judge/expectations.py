@@ -53,6 +53,9 @@ class Expectation:
     reason: str = ""
     link: str = ""
     cause: Optional[str] = None
+    # When a cell is held against its explained cause instead of the entry the baseline has for it: the cause
+    # that entry named ({"id", "title"}), so the report can say the cell moved from one cause to another.
+    recorded_cause: Optional[dict] = None
 
 
 @dataclass

@@ -193,7 +193,14 @@ def apply_expectations(results: Iterable[CellResult], expectations: Expectations
         if (cause and result.verdict == Verdict.EXPECTED_FAIL
                 and (expectation is None or expectation.status != result.status
                      or (expectation.fingerprint or None) not in (None, result.extra.get("fingerprint")))):
+            recorded = expectation.cause if expectation is not None else None
             expectation = expectations.for_cause(cause, str(result.status))
+            if recorded and recorded != cause and expectation is not None:
+                known = expectations.causes.get(recorded)
+                expectation.recorded_cause = {"id": recorded, "title": known.title if known else ""}
+        elif cause and expectation is not None and expectation.cause and expectation.cause != cause:
+            known = expectations.causes.get(expectation.cause)
+            expectation.recorded_cause = {"id": expectation.cause, "title": known.title if known else ""}
         result.expectation = expectation
 
 

@@ -95,6 +95,8 @@ def cell_record(result) -> dict:
             record["expected"]["fingerprint"] = expectation.fingerprint
         if getattr(expectation, "cause", None):
             record["expected"]["cause"] = expectation.cause
+        if getattr(expectation, "recorded_cause", None):
+            record["expected"]["recorded_cause"] = dict(expectation.recorded_cause)
         if expectation.link:
             record["expected"]["link"] = expectation.link
     if result.divergence is not None:

@@ -9,6 +9,7 @@ from html import escape
 
 from conformance.judge.status import Verdict, describe_figure
 from conformance.report import templates
+from conformance.report.render import REFUSAL_COLUMNS
 
 MAX_DRILLDOWN = 300  # non-matching cells shown per runner (unexpected first); the cell records have them all
 UNEXPECTED = (str(Verdict.UNEXPECTED_FAIL), str(Verdict.CHANGED))
@@ -133,7 +134,7 @@ def _outcome(label: str, outcome: dict) -> str:
             f"<pre>{show(outcome.get('message', ''))}</pre></div>")
 
 
-def _cause_detail(name: str, rank: int, cause: dict) -> str:
+def _cause_detail(name: str, rank: int, cause: dict, command: str = "") -> str:
     repro = cause["repro"]
     cells = cause["cells"]
     listed = "".join(f"<li><code>{escape(t)}</code> × <code>{escape(c)}</code></li>" for t, c in cells[:MAX_CAUSE_CELLS])
@@ -153,10 +154,18 @@ def _cause_detail(name: str, rank: int, cause: dict) -> str:
             + f'<p class="note">{escape(statuses)}; constructs: {escape(", ".join(cause["constructs"]))}; '
               f'reproducer: {repro.get("lines", "?")} line(s), {repro.get("messages", "?")} message(s), {confirmed}; '
               f'{escape(tokens)}</p>'
-            f'<div class="side"><div><b>template</b><pre>{show(repro["template"])}</pre></div>'
+            + (f'<p class="note">copy as command: <code class="command">{escape(command)}</code></p>' if command else "")
+            + f'<div class="side"><div><b>template</b><pre>{show(repro["template"])}</pre></div>'
             f'<div><b>case</b><pre>{escape(case)}</pre></div></div>'
             f'<div class="side">{_outcome("reference", repro["reference"])}{_outcome("engine", repro["engine"])}</div>'
             f'<p>affected cells:</p><ul class="cells">{listed}</ul></details>')
+
+
+def _number(value) -> str:
+    """A count as a reader writes it: 62, not 62.0 (a median of an even number of counts may be 62.5)."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return "?" if value is None else str(value)
 
 
 def _causes(name: str, section: dict) -> str:
@@ -168,10 +177,13 @@ def _causes(name: str, section: dict) -> str:
     head = (f'<h3 id="causes-{escape(name)}">{escape(name)}: {len(causes)} root cause(s), ranked by the conformance '
             f'fixing each alone would gain; {len(unexplained)} cell(s) unexplained</h3>')
     if stats.get("median_lines") is not None:
-        head += (f'<p class="note">median reproducer: {stats["median_lines"]} template line(s), '
-                 f'{stats.get("median_messages")} message(s)</p>')
+        head += (f'<p class="note">median reproducer: {_number(stats["median_lines"])} template line(s), '
+                 f'{_number(stats.get("median_messages"))} message(s)</p>')
     parts = [head]
-    parts.extend(_cause_detail(name, rank, cause) for rank, cause in enumerate(causes[:MAX_CAUSES], 1))
+    from conformance.report.changes import cause_command
+
+    parts.extend(_cause_detail(name, rank, cause, cause_command(cause["id"], section))
+                 for rank, cause in enumerate(causes[:MAX_CAUSES], 1))
     if len(causes) > MAX_CAUSES:
         parts.append(f'<p class="note">… {len(causes) - MAX_CAUSES} more causes in the JSON report</p>')
     reasons: dict = {}
@@ -385,12 +397,12 @@ def render_html(report) -> str:
     summary_rows = []
     for name, s in report["runners"].items():
         v, fig = s["verdicts"], s["figure"]
-        refused = sum(s["counts"].get(k, 0) for k in ("raised-differently", "engine-raised", "engine-rendered"))
+        refused = "".join(f'<td>{s["counts"].get(status, 0)}</td>' for status, _ in REFUSAL_COLUMNS)
         summary_rows.append(
             f'<tr><td class="name"><a href="#runner-{escape(name)}">{escape(name)}</a></td>'
             f'<td class="{_colour(s["conformance"])}">{"n/a" if s["conformance"] is None else str(s["conformance"]) + "%"}</td>'
             f'<td>{"n/a" if fig["ran"] is None else str(fig["ran"]) + "%"}</td><td>{fig["cells"]}</td>'
-            f'<td>{s["counts"]["diverged"]}</td><td>{refused}</td><td>{fig["not_run"]}</td>'
+            f'<td>{s["counts"]["diverged"]}</td>{refused}<td>{fig["not_run"]}</td>'
             f'<td>{v.get("unexpected-fail", 0)}</td><td>{v.get("changed", 0)}</td>'
             f'<td>{v.get("unexpected-pass", 0)}</td><td title="{escape(describe_figure(fig))}">'
             f'{escape(", ".join(c["title"] for c in s.get("causes", [])[:2]) or ", ".join(list(s["blamed_constructs"])[:3]))}</td></tr>')
@@ -403,7 +415,8 @@ def render_html(report) -> str:
         '("ran").</p>'
         + "".join(f'<p class="note">{escape(n)}</p>' for n in notes)
         + '<table id="summary"><tr><th>runner</th><th>conformance</th><th>ran</th><th>cells</th><th>diverged</th>'
-          '<th>refused differently</th><th>not run</th><th>new</th><th>changed</th><th>now passing</th>'
+          + "".join(f"<th>{label}</th>" for _, label in REFUSAL_COLUMNS)
+          + '<th>not run</th><th>new cells</th><th>changed cells</th><th>now passing</th>'
           '<th>top causes</th></tr>' + "".join(summary_rows) + "</table>"
         + ("<h2>Root causes</h2>" + "".join(_causes(name, s) for name, s in report["runners"].items())
            if any("causes" in s for s in report["runners"].values()) else "")

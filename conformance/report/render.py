@@ -3,12 +3,10 @@ shields.io endpoint badges."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
 
 from conformance.judge.status import Verdict, describe_figure
-from conformance.report import templates
+from conformance.report import changes, templates
 
 TOP = 10
 UNEXPECTED = (str(Verdict.UNEXPECTED_FAIL), str(Verdict.CHANGED))
@@ -19,7 +17,18 @@ def _pct(value) -> str:
 
 
 def _expected_suffix(cell: dict) -> str:
-    return f" (expected {cell['expected']['status']})" if cell.get("expected") else " (new)"
+    return (f" (expected {cell['expected']['status']})" if cell.get("expected") else " (new)") + _moved_note(cell)
+
+
+def _moved_note(cell: dict) -> str:
+    """For a cell the baseline filed under another cause: which cause it left and which it shows now."""
+    cause, before = changes.moved_from(cell)
+    return f"; its cause changed from {before['id']} to {cause}" if before else ""
+
+
+# The statuses where a side refused, each its own column (the terminal counts them apart too).
+REFUSAL_COLUMNS = (("engine-raised", "engine raised"), ("raised-differently", "raised differently"),
+                   ("engine-rendered", "engine rendered"))
 
 
 def terminal(report, show_unexpected: int = 20) -> str:
@@ -28,10 +37,7 @@ def terminal(report, show_unexpected: int = 20) -> str:
         counts = section["counts"]
         nonzero = ", ".join(f"{s} {n}" for s, n in counts.items() if n)
         lines.append(f"{name}: {describe_figure(section['figure'])} ({nonzero})")
-        v = section["verdicts"]
-        lines.append(f"    expectations: {v.get('expected-fail', 0)} known, {v.get(str(Verdict.UNEXPECTED_FAIL), 0)} new, "
-                     f"{v.get(str(Verdict.CHANGED), 0)} changed, {v.get(str(Verdict.UNEXPECTED_PASS), 0)} now passing, "
-                     f"{v.get(str(Verdict.NOT_RUN), 0)} not run")
+        lines.extend(changes.terminal_lines(section, report.runner_cells(name)))
         if section.get("causes"):
             top = "; ".join(f"{c['title']} (+{c['gain']:.2f} pts)" for c in section["causes"][:3])
             lines.append(f"    top root causes: {top}")
@@ -44,7 +50,8 @@ def terminal(report, show_unexpected: int = 20) -> str:
         for cell in section["unexpected_cells"][:show_unexpected]:
             shown += 1
             lines.append(f"    UNEXPECTED {cell['template']} x {cell['case']}: {cell['status']}"
-                         + (f" (expected {cell['expected']['status']})" if cell.get("expected") else ""))
+                         + (f" (expected {cell['expected']['status']})" if cell.get("expected") else "")
+                         + _moved_note(cell))
             if cell.get("description"):
                 lines.extend("      " + part for part in cell["description"].splitlines())
             elif cell.get("message"):
@@ -62,22 +69,24 @@ def terminal(report, show_unexpected: int = 20) -> str:
 
 def markdown(report) -> str:
     out = ["## chatgold conformance", ""]
-    out.append("| runner | conformance | ran | cells | matches | diverged | refused differently | other | not run "
-               "| new | changed | now passing |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| runner | conformance | ran | cells | matches | diverged | "
+               + " | ".join(label for _, label in REFUSAL_COLUMNS) + " | other | not run "
+               "| new cells | changed cells | now passing |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, s in report["runners"].items():
         c, fig = s["counts"], s["figure"]
-        refused = c.get("raised-differently", 0) + c.get("engine-raised", 0) + c.get("engine-rendered", 0)
-        other = fig["judged"] - fig["passed"] - c["diverged"] - refused
+        refused = [c.get(status, 0) for status, _ in REFUSAL_COLUMNS]
+        other = fig["judged"] - fig["passed"] - c["diverged"] - sum(refused)
         v = s["verdicts"]
         out.append(f"| {name} | {_pct(fig['conformance'])} | {_pct(fig['ran'])} | {fig['cells']} | {fig['passed']} "
-                   f"| {c['diverged']} | {refused} | {other} | {fig['not_run']} "
+                   f"| {c['diverged']} | {' | '.join(map(str, refused))} | {other} | {fig['not_run']} "
                    f"| {v.get(str(Verdict.UNEXPECTED_FAIL), 0)} | {v.get(str(Verdict.CHANGED), 0)} "
                    f"| {v.get(str(Verdict.UNEXPECTED_PASS), 0)} |")
     out.append("")
     out.append("Conformance counts the cells a runner ran (skipped cells and cells without a golden are outside it); "
                "\"ran\" is the share of cells it ran.")
     out.append("")
+    out.extend(changes.markdown_lines(report))
     for name, s in report["runners"].items():
         if s.get("causes"):
             out.append(f"<details><summary>{name}: top root causes</summary>\n")
@@ -171,48 +180,10 @@ def terminal_capability_agreement(report) -> list:
 
 
 def write_junit(report, path: Path) -> Path:
-    """One <testcase> per cell: known non-matches and cells not run are skipped (with the reason), unexpected
-    ones are failures."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites name="chatgold">\n')
-        for name, s in report["runners"].items():
-            v = s["verdicts"]
-            skipped = v.get(str(Verdict.EXPECTED_FAIL), 0) + v.get(str(Verdict.NOT_RUN), 0)
-            fh.write(f'  <testsuite name={quoteattr("chatgold." + name)} tests="{s["cells_total"]}" '
-                     f'failures="{s["unexpected"]}" errors="0" skipped="{skipped}">\n')
-            names: dict = {}  # case id -> its quoted attribute: the same ~100 cases under every template
-            for template, cases in s["passed"].items():
-                classname = quoteattr(f"{name}.{template}")
-                fh.write("".join(f'    <testcase classname={classname} name='
-                                 f'{names.get(case) or names.setdefault(case, quoteattr(case))}/>\n'
-                                 for case in cases))
-            for cell in report.runner_cells(name):
-                fh.write(f'    <testcase classname={quoteattr(name + "." + cell["template"])} name={quoteattr(cell["case"])}>')
-                text = cell.get("description") or cell.get("message") or ""
-                if cell["verdict"] in UNEXPECTED:
-                    summary = cell["status"] + _expected_suffix(cell)
-                    fh.write(f'<failure message={quoteattr(_xml_safe(summary))}>{escape(_xml_safe(text))}</failure>')
-                elif cell["verdict"] == str(Verdict.EXPECTED_FAIL):
-                    reason = (cell.get("expected") or {}).get("reason") or "known non-match"
-                    fh.write(f'<skipped message={quoteattr(_xml_safe(cell["status"] + ": " + reason))}/>')
-                elif cell["verdict"] == str(Verdict.NOT_RUN):
-                    fh.write(f'<skipped message={quoteattr(_xml_safe(cell["status"] + ": " + (cell.get("message") or "")))}/>')
-                elif cell["verdict"] == str(Verdict.UNEXPECTED_PASS):
-                    fh.write(f'<system-out>{escape("now passes; expected " + cell["expected"]["status"])}</system-out>')
-                fh.write("</testcase>\n")
-            fh.write("  </testsuite>\n")
-        fh.write("</testsuites>\n")
-    return path
+    """JUnit XML: one test case per runner x template and per change of root cause (conformance/report/junit.py)."""
+    from conformance.report.junit import write_junit as write
 
-
-# What XML 1.0 cannot carry, even escaped: most control characters, surrogates, U+FFFE and U+FFFF.
-_XML_UNSAFE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
-
-
-def _xml_safe(text: str) -> str:
-    """Characters XML 1.0 cannot carry shown as \\xNN (a regex pass: the full gate's JUnit has ~600k cells)."""
-    return _XML_UNSAFE.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+    return write(report, path)
 
 
 def badge(section: dict) -> dict:
