@@ -191,3 +191,129 @@ def test_the_gate_names_new_fixed_and_moved_causes_everywhere(tmp_path):
     assert template_case.find("failure").get("message") == "2 unexpected cell(s) of 13"
     assert template_case.find("system-out").text == "13 cells: 0 match, 2 unexpected, 11 now passing (update the baseline)"
     assert int(suite.get("tests")) == 5 and int(suite.get("failures")) == 3
+
+
+# -- 5. replaying a cause --------------------------------------------------------------------------------------
+
+def test_render_replays_a_baseline_cause_through_the_runner(tmp_path):
+    """A baseline recorded by hand (as `expectations update` writes it) with one cause: the harness without
+    raise_exception still differs, the faithful one no longer does."""
+    cause = {"id": "c-0123456789", "title": "the engine refuses raise_exception", "reason": "", "constructs": [],
+             "symptom": {"status": "raised-differently"},
+             "repro": {"template": "{{ raise_exception('no') }}", "case": {"messages": [{"role": "user", "content": "x"}]},
+                       "bos_token": None, "eos_token": None,
+                       "reference": {"kind": "raised", "message": "TemplateError: no", "refusal": "raise"},
+                       "engine": {"kind": "raised", "message": "UndefinedError: 'raise_exception' is undefined"}}}
+    folder = tmp_path / "chatgold-expectations"
+    folder.mkdir()
+    (folder / "lacking-jinja2.json").write_text(json.dumps({"format": 2, "runner": "lacking-jinja2",
+                                                            "causes": [cause], "cells": {}}))
+    done = chatgold("render", "--cause", cause["id"], "--runner", _harness("--no-raise-exception"), cwd=tmp_path)
+    assert done.returncode == 3, done.stderr  # the engine refused, as render says with 3
+    assert f"cause {cause['id']}: {cause['title']}" in done.stderr
+    assert "engine (now):         raised \"UndefinedError: 'raise_exception' is undefined\"" in done.stderr
+    assert "still differs from the reference" in done.stderr
+    done = chatgold("render", "--cause", cause["id"], "--runner", _harness(), cwd=tmp_path)
+    assert "engine (now):         raised \"TemplateError: no\"" in done.stderr
+    assert "the engine now gives the reference's outcome" in done.stderr
+    done = chatgold("render", "--cause", "c-nothere", "--runner", _harness(), cwd=tmp_path)
+    assert done.returncode == 2 and "no cause c-nothere (it has 1: c-0123456789)" in done.stderr
+    assert "command:'<argv>'" in chatgold("render", "--help").stdout
+
+
+def test_the_html_report_gives_each_cause_as_a_command_and_counts_as_integers():
+    from conformance.report import Report
+    from conformance.report.changes import cause_command
+    from conformance.report.html import _causes
+
+    section = {"runner": {"name": "minijinja"}, "expectations": {"file": "x/minijinja.json"},
+               "explain_stats": {"median_lines": 62.0, "median_messages": 1.0},
+               "causes": [{"id": "c-1", "title": "t", "gain": 1.0, "templates": 1, "cells": [["a", "b"]],
+                           "constructs": [], "statuses": {"diverged": 1},
+                           "repro": {"template": "x", "case": {"messages": []}, "lines": 1, "messages": 0,
+                                     "reference": {"kind": "rendered", "text": "a"},
+                                     "engine": {"kind": "rendered", "text": "b"}}}]}
+    html = _causes("minijinja", section)
+    assert "median reproducer: 62 template line(s), 1 message(s)" in html
+    assert 'copy as command: <code class="command">chatgold render --cause c-1 --runner minijinja</code>' in html
+    harness = dict(section, runner={"name": "mine", "protocol": 2}, expectations={"file": "ours/mine.json"})
+    assert cause_command("c-1", harness) == ("chatgold render --cause c-1 --runner command:'<your harness>' "
+                                            "--expectations ours")
+    assert Report  # the module the writers share
+
+
+# -- 6. only the selection; refusals apart ---------------------------------------------------------------------
+
+def test_check_reports_properties_and_audit_of_the_selection_and_refusals_apart(tmp_path):
+    done = chatgold("check", "--runner", _harness("--no-raise-exception"), "--template", "abacusai-smaug-mixtral-v0.1",
+                    "--no-explain", "--no-attribution", "--expectations", tmp_path / "none", "--markdown",
+                    tmp_path / "s.md", "--html", tmp_path / "r.html", "--json", tmp_path / "r.json", cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "template properties of the 1 selected template(s)" in done.stdout
+    assert "suite audit" not in done.stdout  # no revision pair has both its templates in this selection
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert "audit" not in report
+    counts = report["runners"]["lacking-jinja2"]["counts"]
+    assert counts["raised-differently"] > 0
+    markdown = (tmp_path / "s.md").read_text()
+    head = next(line for line in markdown.splitlines() if line.startswith("| runner |"))
+    row = next(line for line in markdown.splitlines() if line.startswith("| lacking-jinja2 |"))
+    values = dict(zip([h.strip() for h in head.split("|")], [v.strip() for v in row.split("|")]))
+    assert values["engine raised"] == str(counts.get("engine-raised", 0))
+    assert values["raised differently"] == str(counts["raised-differently"])
+    assert values["engine rendered"] == str(counts.get("engine-rendered", 0))
+    html = (tmp_path / "r.html").read_text()
+    assert "<th>engine raised</th><th>raised differently</th><th>engine rendered</th>" in html
+    assert "refused differently" not in html + markdown
+
+
+# -- 8. JUnit carries what a CI reader acts on, at a size bounded per cell -------------------------------------
+
+def test_junit_size_is_bounded_per_cell_on_a_large_run(tmp_path):
+    """A synthetic full gate: 11 engines x 903 templates x 95 cases (943,635 cells), 8% of cells known
+    non-matches, 0.5% unexpected with a long description. JUnit: one case per engine x template (and per new
+    cause), every cell counted in its template's case, a few bytes per cell."""
+    import random
+    import xml.etree.ElementTree as ET
+
+    from conformance.report import Report
+    from conformance.report.junit import CELL_TEXT, write_junit
+
+    rng = random.Random(5)
+    engines, templates, cases = 11, 903, [f"case-{i}" for i in range(95)]
+    runners, cells = {}, []
+    unexpected = 0
+    for e in range(engines):
+        name = f"engine-{e}"
+        passed = {}
+        for t in range(templates):
+            template = f"template-{t:03d}"
+            passed[template] = []
+            for case in cases:
+                roll = rng.random()
+                if roll < 0.08:
+                    cells.append({"runner": name, "template": template, "case": case, "status": "diverged",
+                                  "verdict": "expected-fail", "expected": {"status": "diverged", "reason": "known"},
+                                  "description": "d" * 400})
+                elif roll < 0.085:
+                    unexpected += 1
+                    cells.append({"runner": name, "template": template, "case": case, "status": "diverged",
+                                  "verdict": "unexpected-fail", "description": "x" * 5000, "cause": "c-new"})
+                else:
+                    passed[template].append(case)
+        runners[name] = {"passed": passed, "causes": [{"id": "c-new", "title": "a new cause", "known": False,
+                                                       "cells": [[c["template"], c["case"]] for c in cells
+                                                                 if c["runner"] == name and c.get("cause")]}],
+                         "stale_causes": []}
+    report = Report({"runners": runners}, cells)
+    path = write_junit(report, tmp_path / "junit.xml")
+    size = path.stat().st_size
+    total = engines * templates * len(cases)
+    root = ET.parse(path).getroot()
+    testcases = root.findall("testsuite/testcase")
+    assert len(testcases) == engines * (templates + 1)
+    assert sum(int(c.findtext("system-out").split(" cells:")[0]) for c in testcases
+               if c.get("classname", "").count(".") == 1) == total
+    # Bounds: a template's case costs a few hundred bytes, an unexpected cell at most its cut text and a line.
+    assert size <= 400 * len(testcases) + (CELL_TEXT + 200) * unexpected
+    assert size / total < 20, f"{size} bytes for {total} cells"

@@ -230,9 +230,14 @@ def judge_pair(pair: Pair, case_ids: list, root: Optional[Path] = None) -> dict:
     return row
 
 
-def run_audit(entries: Iterable, case_ids: list, root: Optional[Path] = None) -> dict:
-    """The report's `audit` section: every pair, how it was found, whether and how the suite tells it apart."""
+def run_audit(entries: Iterable, case_ids: list, root: Optional[Path] = None,
+              only: Optional[set] = None) -> dict:
+    """The report's `audit` section: every pair, how it was found, whether and how the suite tells it apart.
+    `only`: template ids of a selection; pairs are found over the whole corpus, and those with a template
+    outside the selection are left out."""
     pairs = collect_pairs(entries)
+    if only is not None:
+        pairs = [pair for pair in pairs if pair.a in only and pair.b in only]
     rows = [judge_pair(pair, case_ids, root) for pair in pairs]
     told = sum(row["told_apart"] for row in rows)
     by_how = {how: {"pairs": sum(r["how"] == how for r in rows),

@@ -239,8 +239,13 @@ def analysis_sections(selection) -> dict:
     from conformance.analysis.audit import run_audit
     from conformance.analysis.properties import properties_section
 
-    return {"properties": properties_section([t.id for t in selection.templates]),
-            "audit": run_audit(selection.corpus.entries, [c.id for c in selection.all_cases])}
+    selected = [t.id for t in selection.templates]
+    sections = {"properties": properties_section(selected)}
+    # The audit's pairs of the selection only: a check of some templates says nothing of the others.
+    audit = run_audit(selection.corpus.entries, [c.id for c in selection.all_cases], only=set(selected))
+    if audit["pairs"]:
+        sections["audit"] = audit
+    return sections
 
 
 def register(sub) -> None:

@@ -57,8 +57,12 @@ def replay_cause(args):
     now = {"kind": outcome.kind, "text": getattr(outcome, "text", None), "message": getattr(outcome, "message", "")}
     print(f"  engine (now):         {_shown(now)}", file=sys.stderr)
     if reference:
-        same = (reference.get("kind") == outcome.kind and (outcome.kind != "rendered"
-                                                            or reference.get("text") == outcome.text))
-        print("  " + ("the engine now gives the reference's outcome: the cause no longer reproduces" if same
-                      else "still differs from the reference"), file=sys.stderr)
+        from conformance.explain.signature import compare
+        from runners.base import outcome_from_dict
+
+        from conformance.judge.status import PASSING
+
+        symptom = compare(outcome_from_dict(reference), outcome)  # judged as check judges a cell
+        print("  " + ("the engine now gives the reference's outcome: the cause no longer reproduces"
+                      if symptom is None or symptom.status in PASSING else f"still differs from the reference ({symptom.status})"), file=sys.stderr)
     return outcome

@@ -164,10 +164,11 @@ def terminal_analysis(report) -> list:
     section = report.get("properties")
     if section:
         rows = ", ".join(f"{name} {row['violation']}" for name, row in section["properties"].items())
-        lines.append(f"template properties, templates violating each: {rows}")
+        lines.append(f"template properties of the {section['templates']} selected template(s), templates violating "
+                     f"each: {rows}")
     audit = report.get("audit")
     if audit:
-        lines.append(f"suite audit: {audit['told_apart']}/{audit['pairs']} revision pairs told apart")
+        lines.append(f"suite audit: {audit['told_apart']}/{audit['pairs']} revision pairs of the selection told apart")
     return lines
 
 
