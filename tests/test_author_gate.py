@@ -317,3 +317,29 @@ def test_junit_size_is_bounded_per_cell_on_a_large_run(tmp_path):
     # Bounds: a template's case costs a few hundred bytes, an unexpected cell at most its cut text and a line.
     assert size <= 400 * len(testcases) + (CELL_TEXT + 200) * unexpected
     assert size / total < 20, f"{size} bytes for {total} cells"
+
+
+# -- 7. docs: counts computed, not typed -----------------------------------------------------------------------
+
+def test_vectors_md_counts_are_the_corpus_counts():
+    from conformance.corpus.cases import load_cases
+    from conformance.corpus.manifest import load_corpus
+    from conformance.service.export import SCHEMA_ID, SEMANTICS
+
+    templates, cases = len(load_corpus().entries), len(load_cases())
+    text = (ROOT / "docs" / "vectors.md").read_text()
+    full = re.search(r"full export \(([\d,]+) of ([\d,]+): (\d+) templates x (\d+) cases\)", text)
+    assert full, "docs/vectors.md no longer states the full export's size"
+    assert [int(g.replace(",", "")) for g in full.groups()] == [templates * cases] * 2 + [templates, cases]
+    header = json.loads(re.search(r"```json\n(\{\"record\": \"header\".*?)\n```", text, re.S).group(1))
+    assert header["cases"] == cases and header["cells"] == header["templates"] * cases
+    assert header["schema"] == SCHEMA_ID and header["semantics"] == SEMANTICS
+    assert "identifier, not an address" in text and "`1.0` stays `1.0`" in text
+
+
+def test_author_docs_name_the_cache_the_build_string_and_the_runner_spec():
+    text = (ROOT / "docs" / "engine-authors.md").read_text()
+    assert "CHATGOLD_CACHE" in text and "~/.cache/chatgold" in text
+    assert re.search(r"new `build`", text)
+    assert "CHATGOLD_PROGRESS_INTERVAL" in text and "render --cause" in text
+    assert "chatgold-expectations" in text

@@ -19,12 +19,14 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from conformance import PACKAGE_DIR
+from conformance import PACKAGE_DIR, __version__
 from conformance.judge.goldens import _FILE_MODE, cell_paths, read_golden, read_meta
+from runners.base import SEMANTICS_VERSION
 
 VECTOR_FORMAT = 2
 SCHEMA_ID = "https://chatgold.invalid/schemas/vector.schema.json"
-SEMANTICS = "runners/protocol/SEMANTICS.md"
+# What the expected values follow, named by release (a reader outside the repository has no path to open).
+SEMANTICS = f"SEMANTICS.md of chatgold {__version__} (rules version {SEMANTICS_VERSION})"
 
 
 def dumps_line(record: dict) -> str:
