@@ -334,7 +334,8 @@ def test_vectors_md_counts_are_the_corpus_counts():
     header = json.loads(re.search(r"```json\n(\{\"record\": \"header\".*?)\n```", text, re.S).group(1))
     assert header["cases"] == cases and header["cells"] == header["templates"] * cases
     assert header["schema"] == SCHEMA_ID and header["semantics"] == SEMANTICS
-    assert "identifier, not an address" in text and "`1.0` stays `1.0`" in text
+    flat = " ".join(text.split())
+    assert "identifier, not an address" in flat and "`1.0` stays `1.0`" in flat
 
 
 def test_author_docs_name_the_cache_the_build_string_and_the_runner_spec():

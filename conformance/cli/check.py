@@ -21,7 +21,8 @@ def add_selection(p, workers: bool = True) -> None:
 
 
 def add_outputs(p) -> None:
-    p.add_argument("--junit", metavar="PATH", help="JUnit XML, one test case per cell")
+    p.add_argument("--junit", metavar="PATH", help="JUnit XML: one test case per runner x template (with its unexpected cells) and per "
+                                             "new, fixed or moved root cause")
     p.add_argument("--markdown", metavar="PATH", help="Markdown summary (GitHub step summary / PR comment)")
     p.add_argument("--badges", metavar="DIR", help="shields.io endpoint badge JSON per runner")
     p.add_argument("--html", metavar="PATH", help="static self-contained HTML report")
