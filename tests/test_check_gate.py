@@ -92,6 +92,8 @@ def test_gate_passes_with_the_baseline_and_fails_readably_when_it_disagrees(base
     assert done.returncode == 1
     assert "not in the expectations: a new divergence" in done.stdout
     assert "root cause c-" in done.stdout and "(new)" in done.stdout and "minimal reproducer:" in done.stdout
+    # The gate's terminal summary names the change by cause.
+    assert "chatgold minijinja:\n    causes: 1 new, 0 fixed, 0 cells moved to another cause\n      NEW   c-" in done.stdout
 
 
 def test_check_cli_exit_status_follows_the_baseline(baseline, tmp_path):

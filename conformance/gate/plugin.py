@@ -381,6 +381,21 @@ def chatgold_session(request):
     session.close()
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Each checked engine's root causes that changed against its baseline: new, fixed, moved."""
+    gate = getattr(terminalreporter.config, "_chatgold_session", None)
+    if gate is None:
+        return
+    from conformance.report.changes import run_change_summary, summary_lines
+
+    for spec in gate.checked_specs():
+        results = gate.results(spec)
+        if results is not None:
+            terminalreporter.write_line(f"chatgold {spec}:")
+            for line in summary_lines(run_change_summary(results)):
+                terminalreporter.write_line(line)
+
+
 def pytest_sessionfinish(session):
     gate = getattr(session.config, "_chatgold_session", None)
     directory = session.config.getoption("--chatgold-report", None)

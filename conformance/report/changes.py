@@ -66,10 +66,29 @@ def _cells(n: int) -> str:
     return f"{n} cell{'s' if n != 1 else ''}"
 
 
+def run_change_summary(run) -> Optional[dict]:
+    """The change summary of judged results (judge.pipeline.RunnerResults) before any report is built (the
+    pytest gate's terminal summary)."""
+    explanation = getattr(run, "explanation", None)
+    if explanation is None:
+        return None
+    section = {"causes": [{"id": c.id, "title": c.title, "known": c.known, "cells": list(c.cells)}
+                          for c in explanation.causes],
+               "stale_causes": list(getattr(explanation, "stale", []))}
+    records = [{"cause": r.extra.get("cause"), "expected": {"cause": r.expectation.cause, **(
+                   {"recorded_cause": r.expectation.recorded_cause} if r.expectation.recorded_cause else {})}}
+               for r in run.results if r.expectation is not None and r.extra.get("cause")]
+    return change_summary(section, records)
+
+
 def terminal_lines(section: dict, records: list, limit: int = 10) -> list:
     counts = cell_counts(section)
     lines = ["    cells: " + ", ".join(f"{n} {name}" for name, n in counts.items())]
-    summary = change_summary(section, records)
+    return lines + summary_lines(change_summary(section, records), limit)
+
+
+def summary_lines(summary: Optional[dict], limit: int = 10) -> list:
+    lines = []
     if summary is None:
         lines.append("    causes: not looked for (run without --no-explain to compare root causes)")
         return lines
