@@ -27,7 +27,8 @@ def test_engine_matches_expectations(chatgold_session, chatgold_runner, chatgold
     if news:
         # Good news is not a failure, but the baseline is stale: say so where pytest shows warnings.
         warnings.warn(f"{chatgold_runner} {chatgold_template}: {len(news)} known divergence(s) now pass "
-                      f"(`chatgold expectations update --runner {chatgold_runner} --template {chatgold_template}`):\n"
+                      f"(`chatgold expectations update --runner {chatgold_runner} --template {chatgold_template} "
+                      f"--expectations {_folder(run)}`):\n"
                       + "\n".join(news), UserWarning, stacklevel=1)
     if unexpected:
         pytest.fail(f"{chatgold_runner} on {chatgold_template}: {len(unexpected)} unexpected outcome(s)\n\n"
@@ -40,6 +41,12 @@ def test_known_causes_still_reproduce(chatgold_session, chatgold_runner):
     stale = getattr(getattr(run, "explanation", None), "stale", [])
     if stale:
         warnings.warn(f"{chatgold_runner}: {len(stale)} known root cause(s) no longer reproduce "
-                      f"(`chatgold expectations update --runner {chatgold_runner}`):\n"
+                      f"(`chatgold expectations update --runner {chatgold_runner} --expectations {_folder(run)}`):\n"
                       + "\n".join(f"  {c['id']} {c.get('title', '')}: {c['reason']}" for c in stale),
                       UserWarning, stacklevel=1)
+
+
+def _folder(run) -> str:
+    """The folder the runner's baseline was read from (`expectations update` writes only where it is told)."""
+    path = run.expectations.path
+    return str(path.parent) if path is not None else "DIR"
