@@ -164,6 +164,7 @@ def test_the_gate_names_new_fixed_and_moved_causes_everywhere(tmp_path):
     old = {c["id"]: c["title"] for c in baseline["causes"]}
     done = chatgold("check", "--runner", _harness("--no-raise-exception"), *selection, "--no-attribution",
                     "--junit", tmp_path / "j.xml", "--markdown", tmp_path / "s.md", "--json", tmp_path / "r.json",
+                    "--html", tmp_path / "r.html",
                     cwd=tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
     section = json.loads((tmp_path / "r.json").read_text())["runners"]["lacking-jinja2"]
@@ -182,6 +183,8 @@ def test_the_gate_names_new_fixed_and_moved_causes_everywhere(tmp_path):
     assert "### Changes by root cause" in markdown and "**lacking-jinja2**: 1 new, 2 fixed, 2 cells moved" in markdown
     assert f"- new `{new['id']}` " in markdown and f"- moved 2 cells from `{moved_from}`" in markdown
     assert all(f"- fixed `{c}` " in markdown for c in old)
+    html = (tmp_path / "r.html").read_text()
+    assert "<h2>Changes by root cause</h2><p><b>lacking-jinja2</b>: 1 new, 2 fixed, 2 cells moved</p>" in html
     suite = ET.parse(tmp_path / "j.xml").getroot()[0]
     names = {case.get("name"): case for case in suite.findall("testcase")}
     assert names[f"new cause {new['id']}: {new['title']}"].find("failure") is not None

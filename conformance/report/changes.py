@@ -141,3 +141,23 @@ def cause_command(cause_id: str, section: dict) -> str:
     # A command: harness: its argv is the user's own (the report does not hold it); its baseline folder is known.
     folder = f" --expectations {shlex.quote(str(Path(baseline).parent))}" if baseline else ""
     return f"chatgold render --cause {shlex.quote(cause_id)} --runner command:'<your harness>'{folder}"
+
+
+def html_section(report) -> str:
+    """The same changes for the HTML report, under the summary table."""
+    from html import escape
+
+    parts = []
+    for name, section in report["runners"].items():
+        summary = change_summary(section, report.runner_cells(name))
+        if summary is None or not any(summary.values()):
+            continue
+        items = [f"<li>new <code>{escape(c['id'])}</code> {escape(c['title'])} ({_cells(c['cells'])})</li>"
+                 for c in summary["new"]]
+        items += [f"<li>fixed <code>{escape(c['id'])}</code> {escape(c['title'])}: {escape(c['reason'])}</li>"
+                  for c in summary["fixed"]]
+        items += [f"<li>moved {_cells(m['cells'])} from <code>{escape(m['from'])}</code> {escape(m['from_title'])} "
+                  f"to <code>{escape(m['to'])}</code> {escape(m['to_title'])}</li>" for m in summary["moved"]]
+        parts.append(f"<p><b>{escape(name)}</b>: {len(summary['new'])} new, {len(summary['fixed'])} fixed, "
+                     f"{sum(m['cells'] for m in summary['moved'])} cells moved</p><ul>{''.join(items)}</ul>")
+    return "<h2>Changes by root cause</h2>" + "".join(parts) if parts else ""

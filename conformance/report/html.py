@@ -8,7 +8,7 @@ import json
 from html import escape
 
 from conformance.judge.status import Verdict, describe_figure
-from conformance.report import templates
+from conformance.report import changes, templates
 from conformance.report.render import REFUSAL_COLUMNS
 
 MAX_DRILLDOWN = 300  # non-matching cells shown per runner (unexpected first); the cell records have them all
@@ -418,6 +418,7 @@ def render_html(report) -> str:
           + "".join(f"<th>{label}</th>" for _, label in REFUSAL_COLUMNS)
           + '<th>not run</th><th>new cells</th><th>changed cells</th><th>now passing</th>'
           '<th>top causes</th></tr>' + "".join(summary_rows) + "</table>"
+        + changes.html_section(report)
         + ("<h2>Root causes</h2>" + "".join(_causes(name, s) for name, s in report["runners"].items())
            if any("causes" in s for s in report["runners"].values()) else "")
         + _matrix(report, "features", "Conformance by case feature")
