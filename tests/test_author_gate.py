@@ -347,3 +347,17 @@ def test_author_docs_name_the_cache_the_build_string_and_the_runner_spec():
     assert re.search(r"new `build`", text)
     assert "CHATGOLD_PROGRESS_INTERVAL" in text and "render --cause" in text
     assert "chatgold-expectations" in text
+
+
+def test_a_moved_cell_says_which_cause_it_left_in_the_gates_message():
+    from conformance.judge.expectations import Expectation, describe_cell
+    from conformance.judge.status import CellResult, Status, Verdict
+
+    result = CellResult("engine-x", "t", "c", Status.DIVERGED, extra={"cause": "c-new", "cause_title": "now this"})
+    result.verdict = Verdict.CHANGED
+    result.expectation = Expectation("diverged", "00", "the old reason", "", "c-old")
+    assert "  its cause changed: the baseline filed it under c-old" in describe_cell(result)
+    result.expectation = Expectation("diverged", None, "", "", "c-new", recorded_cause={"id": "c-old", "title": "then"})
+    assert "  its cause changed: the baseline filed it under c-old then" in describe_cell(result)
+    result.expectation = Expectation("diverged", None, "", "", "c-new")
+    assert "its cause changed" not in describe_cell(result)

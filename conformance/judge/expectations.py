@@ -309,6 +309,11 @@ def describe_cell(result: CellResult) -> str:
     if cause:
         known = expectation is not None and expectation.cause == cause
         lines.append(f"  root cause {cause}{' (known)' if known else ' (new)'}: {result.extra.get('cause_title', '')}")
+        before = (expectation.recorded_cause or ({"id": expectation.cause, "title": ""} if expectation.cause else None)
+                  if expectation is not None else None)
+        if before and before["id"] != cause:
+            lines.append(f"  its cause changed: the baseline filed it under {before['id']} {before.get('title', '')}"
+                         .rstrip())
         repro = result.extra.get("cause_repro")
         if repro:
             lines.append("  minimal reproducer: " + repro)
