@@ -68,6 +68,7 @@ def test_validate_first_line_is_what_the_harness_sent():
     _, text = _validate("--name", "Exactly-This", "--build", "b7")
     first = text.splitlines()[0]
     assert first.startswith("ok   start: the harness answered {")
+    assert text.splitlines()[1].startswith("note start: build 'b7': chatgold reuses this harness's outcomes")
     sent = json.loads(first.split("answered ", 1)[1])
     assert sent == {"name": "Exactly-This", "version": "1", "language": "python",
                     "homepage": "https://jinja.palletsprojects.com/", "build": "b7", "protocol": 2}

@@ -287,6 +287,9 @@ def validate_harness(argv: Sequence[str], timeout: float = 20.0, out=sys.stdout,
         say("ok", "start", f"the harness answered {json.dumps(sent, ensure_ascii=False)}")
         if runner.protocol < 2:
             print("note start: the harness speaks protocol version 1: no refusal kinds, no batch", file=out)
+        elif getattr(runner, "build", None):
+            print(f"note start: build {runner.build!r}: chatgold reuses this harness's outcomes while the build "
+                  f"string stays the same; give a new one whenever the engine or the harness changes", file=out)
         for probe in probes():
             outcome = render(probe.label, probe.request)
             if outcome is None:
