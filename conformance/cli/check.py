@@ -242,8 +242,10 @@ def analysis_sections(selection) -> dict:
 
     selected = [t.id for t in selection.templates]
     sections = {"properties": properties_section(selected)}
-    # The audit's pairs of the selection only: a check of some templates says nothing of the others.
-    audit = run_audit(selection.corpus.entries, [c.id for c in selection.all_cases], only=set(selected))
+    # Templates chosen by id: the audit's pairs among them only (a check of some templates says nothing of the
+    # others). A shard keeps the corpus-wide audit, which `report merge` takes from any one shard.
+    only = set(selected) if selection.template_globs else None
+    audit = run_audit(selection.corpus.entries, [c.id for c in selection.all_cases], only=only)
     if audit["pairs"]:
         sections["audit"] = audit
     return sections

@@ -330,8 +330,7 @@ class GateSession:
             ran = PROPERTIES_JOB in self._jobs
         records = self.properties()[0] if ran else None
         return {"properties": properties_section([t.id for t in self.templates], records),
-                "audit": run_audit(self.corpus.entries, [c.id for c in self.all_cases],
-                                   only={t.id for t in self.templates})}
+                "audit": run_audit(self.corpus.entries, [c.id for c in self.all_cases])}
 
     def close(self) -> None:
         with self._lock:
