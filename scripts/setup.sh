@@ -13,6 +13,8 @@ python -m runners.hfjs --install
 # minijinja bindings: 2.9.0 and 2.10.2 for the history test (before and after [::-1] support); 2.9.0 and 2.14.0
 # are also the engines of the tgi and mistralrs runners.
 python -m runners.versions minijinja@2.9.0 minijinja@2.10.2 minijinja@2.14.0
+# @huggingface/jinja 0.5.5 (no `is sequence` test; 0.5.11 has it) for the emitted-test check (tests/test_emit.py).
+python -m runners.versions hfjs@0.5.5
 
 # The real mistralrs wheel, which the mistralrs runner is checked against (tests/test_mistralrs.py).
 python -m runners.mistralrs_oracle --install > /dev/null

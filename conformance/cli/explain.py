@@ -85,7 +85,41 @@ def write_explanation(explanation, selection, path) -> Path:
     return path
 
 
+def cmd_emit(args) -> int:
+    """`--emit FORMAT`: causes of a baseline or explanation as regression tests (conformance/report/emit.py)."""
+    from conformance.report.emit import emit, load_causes, write_emitted
+
+    if args.source:
+        path = Path(args.source)
+    elif args.runner:
+        path = Path(args.expectations or Path(__file__).resolve().parents[1] / "expectations") / \
+            f"{args.runner.split('@')[0]}.json"
+    else:
+        raise SystemExit("chatgold explain --emit: give --from BASELINE_OR_EXPLANATION.json or --runner NAME")
+    source = load_causes(path)
+    causes = [source.find(cause_id) for cause_id in args.cause] if args.cause else source.causes[:args.top]
+    runner = dict(source.runner)
+    if args.engine_version:
+        runner["version"] = args.engine_version
+    written = 0
+    for cause in causes:
+        files = emit(cause, args.emit, runner, source.reference, engine=args.emit_engine)
+        if args.out:
+            for written_path in write_emitted(files, args.out, force=args.force):
+                print(f"wrote {written_path}", file=sys.stderr)
+        else:
+            for name, text in files.items():
+                sys.stdout.write(f"==> {name} <==\n{text}" if len(files) > 1 or len(causes) > 1 else text)
+        written += len(files)
+    print(f"{len(causes)} cause(s) of {path} as {args.emit}: {written} file(s)", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_explain(args) -> int:
+    if args.emit:
+        return cmd_emit(args)
+    if not args.runner:
+        raise SystemExit("chatgold explain: --runner is required (or --emit FORMAT --from FILE)")
     from conformance.judge.goldens import GoldenStore
     from conformance.judge.pipeline import GoldenJudge, run
     from conformance.report import build_report, write_outputs
@@ -118,7 +152,7 @@ def register(sub) -> None:
                                    "same way, every step a real render on both sides; cluster the reproducers into "
                                    "root causes and rank them by the conformance fixing each would gain. Reductions "
                                    "are cached (~/.cache/chatgold/explain), so a second run costs seconds.")
-    p.add_argument("--runner", required=True, metavar="R",
+    p.add_argument("--runner", metavar="R",
                    help="runner spec: a name (see `chatgold engines list`) or command:'<argv>'")
     add_selection(p)
     p.set_defaults(timeout=EXPLAIN_TIMEOUT)
@@ -129,4 +163,19 @@ def register(sub) -> None:
     p.add_argument("--top", type=int, default=20, metavar="N", help="causes listed on the terminal (default 20)")
     add_reduction_limits(p)
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the reduction cache")
+    from conformance.report.emit import FORMATS
+
+    emit = p.add_argument_group("emit: a cause as a regression test in the engine's own format (docs/explain.md)")
+    emit.add_argument("--emit", choices=FORMATS, metavar="FORMAT",
+                      help=f"write causes as tests instead of explaining: {', '.join(FORMATS)}; no engine runs")
+    emit.add_argument("--from", dest="source", metavar="PATH",
+                      help="the causes: a baseline (conformance/expectations/*.json) or `explain --json` output "
+                           "(default: the bundled baseline of --runner)")
+    emit.add_argument("--cause", action="append", default=[], metavar="ID", help="this cause (an id or its prefix; "
+                      "repeatable; default: the first --top causes)")
+    emit.add_argument("--out", metavar="DIR", help="write the files here (default: print them)")
+    emit.add_argument("--force", action="store_true", help="overwrite files of the same name in --out")
+    emit.add_argument("--emit-engine", choices=("minijinja", "jinja2"), default=None,
+                      help="pytest: the Python engine the test renders with (default: from the runner's name)")
+    emit.add_argument("--engine-version", metavar="V", help="the engine version named in the emitted files")
     p.set_defaults(func=cmd_explain)
