@@ -21,6 +21,22 @@ MINIJINJA_RUNNERS = ("minijinja", "tgi", "mistralrs")
 SEMANTICS = Path(__file__).resolve().parents[2] / "runners" / "protocol" / "SEMANTICS.md"
 
 
+def own_formats(runner: dict) -> tuple:
+    """The formats worth offering for an engine: its own test suite's, then the plain vector and the issue."""
+    name = str(runner.get("name", "")).split("@")[0]
+    if name in MINIJINJA_RUNNERS:
+        own = ("minijinja", "pytest")
+    elif name == "hfjs" or runner.get("language") == "javascript":
+        own = ("hfjs",)
+    elif name.startswith("llamacpp") or name == "llama-cpp-python":
+        own = ("llamacpp",) + (("pytest",) if name == "llama-cpp-python" else ())
+    elif runner.get("language") == "python":
+        own = ("pytest",)
+    else:
+        own = ()
+    return own + ("json", "issue")
+
+
 class EmitError(ValueError):
     """Bad input to emit: names the file or cause and the problem."""
 
@@ -130,7 +146,10 @@ def render():
     except TypeError:  # bindings before 2.9.0 have no pycompat
         options.pop("pycompat")
         env = minijinja.Environment(**options)
-    env.add_template("chat_template", TEMPLATE)
+    try:
+        env.add_template("chat_template", TEMPLATE)
+    except Exception as exc:
+        raise CompileRefusal(str(exc)) from exc
     strings = {k: v for k, v in CONTEXT.items() if isinstance(v, str)}
     root = "".join("{%% set %s = %s %%}" % (k, literal(v)) for k, v in CONTEXT.items() if k not in strings)
     env.add_template("root", root + '{% include "chat_template" %}')
@@ -166,7 +185,11 @@ def render():
     env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = lambda fmt: NOW.strftime(fmt)
-    return env.from_string(TEMPLATE).render(**CONTEXT)
+    try:
+        template = env.from_string(TEMPLATE)
+    except Exception as exc:
+        raise CompileRefusal(str(exc)) from exc
+    return template.render(**CONTEXT)
 '''
 
 
@@ -188,7 +211,8 @@ def emit_pytest(cause, runner, reference, engine: Optional[str] = None) -> dict:
     else:
         lines.append(f"EXPECTED_REFUSAL = {_py(expected.get('refusal') or 'unknown')}")
         lines.append(f"EXPECTED_MESSAGE = {_py(_refused_text(expected))}")
-    lines += ["", "", "class RaisedByTemplate(Exception):", "    pass", ""]
+    lines += ["", "", "class RaisedByTemplate(Exception):", "    pass", "", "",
+              "class CompileRefusal(Exception):", "    pass", ""]
     lines.append((_PYTEST_MINIJINJA if engine == "minijinja" else _PYTEST_JINJA2).strip("\n"))
     name = f"test_{_slug(cause)}"
     if expected["kind"] == "rendered":
@@ -199,6 +223,8 @@ def emit_pytest(cause, runner, reference, engine: Optional[str] = None) -> dict:
         lines += ["", "", f"def {name}():", "    # The reference refuses this conversation (SEMANTICS.md R23).",
                   "    import pytest", "",
                   "    with pytest.raises(Exception) as raised:", "        render()",
+                  "    # Of the same kind: a template the reference compiles must compile (SEMANTICS.md R23).",
+                  "    assert (raised.type is CompileRefusal) == (EXPECTED_REFUSAL == 'compile'), raised.value",
                   "    if EXPECTED_REFUSAL == 'raise':",
                   "        # raise_exception's message is the template's own: it must come through unchanged",
                   "        assert raised.type is RaisedByTemplate or EXPECTED_MESSAGE.split(': ', 1)[-1] in str(raised.value)"]
@@ -249,7 +275,10 @@ def render():
     except TypeError:  # bindings before 2.9.0 have no pycompat
         options.pop("pycompat")
         env = minijinja.Environment(**options)
-    env.add_template("chat_template", template)
+    try:
+        env.add_template("chat_template", template)
+    except Exception as exc:
+        raise CompileRefusal(str(exc)) from exc
     # Structured data as native MiniJinja values, as a Rust embedder's serde data is.
     strings = {{k: v for k, v in context.items() if isinstance(v, str)}}
     root = "".join("{{%% set %s = %s %%}}" % (k, literal(v)) for k, v in context.items() if k not in strings)
@@ -257,12 +286,21 @@ def render():
     return env.render_template("root", **strings)
 
 
+class CompileRefusal(Exception):
+    pass
+
+
 def {test}():
     expected = (HERE / "{name}.expected").read_bytes()
     if REFUSED:
         try:
             render()
+        except CompileRefusal:
+            # A refusal of the same kind only (SEMANTICS.md R23).
+            assert REFUSED == "compile", "the reference compiles this template; the engine refuses to"
+            return
         except Exception:
+            assert REFUSED != "compile", "the reference refuses to compile this template; the engine compiles it"
             return
         raise AssertionError("the reference refuses this conversation; the engine rendered it")
     assert render().encode("utf-8") == expected
@@ -284,7 +322,8 @@ def emit_minijinja(cause, runner, reference) -> dict:
     doc = "\n".join(_header(cause, runner, reference, "minijinja"))
     check = _MINIJINJA_CHECK.format(doc=doc.replace('"""', "'''"), name=name, file=f"test_{name}_minijinja.py",
                                     now=_py(repro["case"].get("now") or "2025-06-15T09:30:00+00:00"),
-                                    refused=refused, test=f"test_{name}")
+                                    refused=repr((expected.get("refusal") or "unknown") if refused else ""),
+                                    test=f"test_{name}")
     # MiniJinja's own snapshot tests: tests/inputs/<name>.txt and insta's snapshot of its output.
     snapshot = ("---\nsource: minijinja/tests/test_templates.rs\n"
                 f"description: {json.dumps(repro['template'][:200], ensure_ascii=False)}\n"
@@ -332,9 +371,15 @@ globalThis.Date = class extends RealDate {{
 
 test({name}, async () => {{
   const Template = await loadTemplate();
-  const render = () => new Template(TEMPLATE).render(structuredClone(VARIABLES));
+  // The reference's refusal, if any: {refusal} {expected_comment}
+  if (REFUSED === "compile") {{
+    assert.throws(() => new Template(TEMPLATE));
+    return;
+  }}
+  const template = new Template(TEMPLATE);  // the reference compiles it: so must the engine
+  const render = () => template.render(structuredClone(VARIABLES));
   if (REFUSED) {{
-    assert.throws(render);  // the reference refuses: {expected_comment}
+    assert.throws(render);
   }} else {{
     assert.equal(render(), EXPECTED);
   }}
@@ -358,8 +403,10 @@ def emit_hfjs(cause, runner, reference) -> dict:
                       template=json.dumps(repro["template"]), variables=json.dumps(variables),
                       now=json.dumps(repro["case"].get("now") or "2025-06-15T09:30:00+00:00"),
                       expected=json.dumps(_refused_text(expected) if refused else expected["text"]),
-                      refused="true" if refused else "false", name=json.dumps(f"chatgold {cause['id']}"),
-                      expected_comment=_refused_text(expected).replace("\n", " ")[:200])
+                      refused=json.dumps((expected.get("refusal") or "unknown") if refused else ""),
+                      refusal=expected.get("refusal") or "unknown" if refused else "no refusal",
+                      name=json.dumps(f"chatgold {cause['id']}"),
+                      expected_comment=_refused_text(expected).replace("\n", " ")[:200] if refused else "")
     return {f"{name}.test.mjs": js}
 
 
