@@ -128,3 +128,22 @@ def test_release_vectors_step_writes_the_assets(tmp_path):
     steps = [step.get("run", "") for step in workflow["jobs"]["vectors"]["steps"]]
     assert any("release_vectors.py --out dist" in run for run in steps)
     assert any("vectors.jsonl.gz.sha256" in run and "vectors.reference.json" in run for run in steps)
+
+
+def test_site_workflow_publishes_the_scheduled_runs_report():
+    """site.yml builds `chatgold site` from the scheduled conformance run's merged report and deploys it to Pages;
+    the shards upload the report's sidecar too, without which neither the merge nor the site can read it."""
+    site = yaml.safe_load((WORKFLOWS / "site.yml").read_text())
+    trigger = site[True]  # YAML 1.1 reads the `on:` key as True
+    assert trigger["workflow_run"]["workflows"] == ["conformance"]
+    build, deploy = site["jobs"]["build"], site["jobs"]["deploy"]
+    assert "github.event.workflow_run.event == 'schedule'" in build["if"]
+    steps = {step.get("uses", step.get("run", "")).split("@")[0]: step for step in build["steps"]}
+    assert steps["actions/download-artifact"]["with"]["name"] == "conformance-report"
+    assert any(run.startswith("chatgold site reports/report.json --out site") for run in steps)
+    assert steps["actions/upload-pages-artifact"]["with"]["path"] == "site"
+    assert deploy["needs"] == "build" and deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert [s["uses"].split("@")[0] for s in deploy["steps"]] == ["actions/deploy-pages"]
+    gate = yaml.safe_load((WORKFLOWS / "conformance.yml").read_text())
+    upload = next(s for s in gate["jobs"]["gate"]["steps"] if s.get("name") == "Upload shard report")
+    assert set(upload["with"]["path"].split()) == {"reports/report.json", "reports/report.cells.jsonl.gz"}
