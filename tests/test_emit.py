@@ -181,3 +181,17 @@ def test_cli_emits_from_the_bundled_baseline_and_names_bad_input(tmp_path):
     bad.write_text("{}")
     with pytest.raises(EmitError, match="bad.json: not a baseline or an explanation"):
         load_causes(bad)
+
+
+def test_render_reference_takes_the_expected_output_from_the_reference_runner(tmp_path):
+    """--render-reference renders the reproducer through hf: a wrong recorded outcome is replaced and said."""
+    data = json.loads(MINIJINJA.read_text())
+    data["causes"][0]["repro"]["reference"] = {"kind": "rendered", "text": "not what hf renders"}
+    tampered = tmp_path / "tampered.json"
+    tampered.write_text(json.dumps(data))
+    done = _run([sys.executable, "-m", "conformance.cli", "explain", "--emit", "json", "--from", str(tampered),
+                 "--render-reference"], tmp_path, {"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    header, cell = (json.loads(line) for line in done.stdout.splitlines())
+    assert cell["expected"]["text"] == "" and "not the recorded outcome" in done.stderr
+    assert header["reference"]["name"] == "hf" and header["reference"]["version"]

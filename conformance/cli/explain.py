@@ -101,9 +101,12 @@ def cmd_emit(args) -> int:
     runner = dict(source.runner)
     if args.engine_version:
         runner["version"] = args.engine_version
+    reference = source.reference
+    if args.render_reference:
+        causes, reference = rerender_reference(causes, args)
     written = 0
     for cause in causes:
-        files = emit(cause, args.emit, runner, source.reference, engine=args.emit_engine)
+        files = emit(cause, args.emit, runner, reference, engine=args.emit_engine)
         if args.out:
             for written_path in write_emitted(files, args.out, force=args.force):
                 print(f"wrote {written_path}", file=sys.stderr)
@@ -113,6 +116,31 @@ def cmd_emit(args) -> int:
         written += len(files)
     print(f"{len(causes)} cause(s) of {path} as {args.emit}: {written} file(s)", file=sys.stderr)
     return EXIT_OK
+
+
+def rerender_reference(causes: list, args) -> tuple:
+    """The causes with each reproducer's reference outcome rendered afresh by the reference runner (out of
+    process), and the reference's description; a render that differs from the recorded one is said on stderr."""
+    from conformance.explain.signature import outcome_record
+    from runners import REFERENCE_RUNNER, get_runner
+    from runners.base import Conversation, RenderRequest
+
+    reference = get_runner(REFERENCE_RUNNER, workers=1, timeout=args.timeout)
+    try:
+        described = reference.describe() if hasattr(reference, "describe") else {"name": REFERENCE_RUNNER}
+        fresh = []
+        for cause in causes:
+            repro = cause["repro"]
+            request = RenderRequest(repro["template"], Conversation.from_dict(repro["case"]), repro.get("bos_token"),
+                                    repro.get("eos_token"))
+            outcome = outcome_record(reference.render(request))
+            if outcome != repro.get("reference"):
+                print(f"{cause['id']}: the reference now gives {json.dumps(outcome, ensure_ascii=False)[:300]}, "
+                      f"not the recorded outcome; emitting what it gives now", file=sys.stderr)
+            fresh.append(dict(cause, repro=dict(repro, reference=outcome)))
+    finally:
+        reference.close()
+    return fresh, described
 
 
 def cmd_explain(args) -> int:
@@ -178,4 +206,7 @@ def register(sub) -> None:
     emit.add_argument("--emit-engine", choices=("minijinja", "jinja2"), default=None,
                       help="pytest: the Python engine the test renders with (default: from the runner's name)")
     emit.add_argument("--engine-version", metavar="V", help="the engine version named in the emitted files")
+    emit.add_argument("--render-reference", action="store_true",
+                      help="render each reproducer through the reference runner (hf) for the expected output, "
+                           "instead of taking the outcome recorded with the cause")
     p.set_defaults(func=cmd_explain)
