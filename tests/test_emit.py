@@ -123,8 +123,9 @@ def test_llamacpp_case_has_the_shape_and_exact_strings():
                           reference={"kind": "rendered", "text": 'a"b?\x01c\n\t'})
     (text,) = emit(cause, "llamacpp", source.runner, source.reference).values()
     fields = dict(re.findall(r"/\* \.(\w+)= \*/ (.*),$", text, re.M))
-    assert list(fields) == ["name", "template_str", "expected_output", "expected_output_jinja", "bos_token",
-                            "eos_token", "supported_with_jinja"]
+    assert list(fields) == ["name", "template_str", "expected_output_jinja", "bos_token", "eos_token",
+                            "supported_with_jinja", "conversation", "add_generation_prompt"]
+    assert fields["add_generation_prompt"] == "false" and _c_literal_values(fields["conversation"]) == ["", ""]
     assert _c_literal_values(fields["template_str"]) == [cause["repro"]["template"]]
     assert _c_literal_values(fields["expected_output_jinja"]) == ['a"b?\x01c\n\t']
     assert "common_chat_templates_apply" in text

@@ -434,48 +434,59 @@ def c_string(text: str) -> str:
 
 
 def emit_llamacpp(cause, runner, reference) -> dict:
-    """An entry in the shape of llama.cpp's tests/test-chat-template.cpp test_cases, and a standalone block for
-    the conversation the reproducer uses (that file's automated cases all share one fixed conversation)."""
+    """A case in the shape of llama.cpp's tests/test-chat-template.cpp entries (name, template_str,
+    expected_output_jinja, bos_token, eos_token, supported_with_jinja, then the conversation), in a block that
+    runs it through common_chat_templates_apply as that file's jinja path does. It is a block of its own, not
+    a `test_cases` entry: those all render one fixed conversation with add_generation_prompt true."""
     repro = cause["repro"]
     expected = expected_of(repro)
     case = repro["case"]
-    plain = all(isinstance(m, dict) and set(m) <= {"role", "content"} and isinstance(m.get("content", ""), str)
+    # simple_msg always sets content: a message without one (undefined in the template) is not plain
+    plain = all(isinstance(m, dict) and set(m) == {"role", "content"} and isinstance(m["content"], str)
                 for m in case["messages"])
+    generation = "true" if case.get("add_generation_prompt") else "false"
     lines = ["// " + line for line in _header(cause, runner, reference, "llamacpp")]
+    lines.append("// Paste into main_automated_tests() of tests/test-chat-template.cpp (it uses simple_msg from there).")
     if expected["kind"] != "rendered":
         lines.append(f"// The reference refuses this conversation: {_refused_text(expected)}")
+    if repro.get("bos_token") is None or repro.get("eos_token") is None:
+        lines.append("// The reference leaves an unset special token undefined (SEMANTICS.md R6); here it is \"\".")
     if not plain or case.get("tools") or case.get("kwargs") or case.get("documents"):
-        lines.append("// The conversation has fields beyond role/content strings (content parts, tool calls, tools,")
-        lines.append("// kwargs): build them as common_chat_msg / common_chat_tool fields, or feed the JSON below to")
-        lines.append("// test-chat-template's file mode (its input JSON: messages, tools, bos_token, eos_token).")
-        lines.append("// " + json.dumps(engine_context(repro), ensure_ascii=False))
+        lines += ["// The conversation is not plain role/content strings (content parts, tool calls, a missing content,",
+                  "// tools, kwargs):",
+                  "// set them on common_chat_msg / inputs.tools, or give this JSON to test-chat-template's file mode:",
+                  "// " + json.dumps(engine_context(repro), ensure_ascii=False)]
     messages = ", ".join("{" + c_string(str(m.get("role", ""))) + ", " + c_string(str(m.get("content") or "")) + "}"
                          for m in case["messages"] if isinstance(m, dict))
     text = expected.get("text", "") if expected["kind"] == "rendered" else ""
-    lines += ["// test_cases entry (main_automated_tests):", "        {",
+    lines += ["    {",
+              "        struct {",
+              "            std::string name, template_str, expected_output_jinja, bos_token, eos_token;",
+              "            bool supported_with_jinja;",
+              "            std::vector<std::pair<std::string, std::string>> conversation;",
+              "            bool add_generation_prompt;",
+              "        } test_case {",
               f"            /* .name= */ {c_string('chatgold ' + cause['id'] + ': ' + cause.get('title', ''))},",
               f"            /* .template_str= */ {c_string(repro['template'])},",
-              f"            /* .expected_output= */ {c_string(text)},",
               f"            /* .expected_output_jinja= */ {c_string(text)},",
               f"            /* .bos_token= */ {c_string(repro.get('bos_token') or '')},",
               f"            /* .eos_token= */ {c_string(repro.get('eos_token') or '')},",
-              f"            /* .supported_with_jinja= */ true,",
-              "        },",
-              "// Standalone, with the reproducer's own conversation (add_generation_prompt "
-              f"{'true' if case.get('add_generation_prompt') else 'false'}):",
-              "    {",
-              f"        std::vector<common_chat_msg> msgs;",
-              f"        for (const auto & m : std::vector<std::pair<std::string, std::string>>{{{messages}}}) {{",
+              "            /* .supported_with_jinja= */ true,",
+              f"            /* .conversation= */ {{{messages}}},",
+              f"            /* .add_generation_prompt= */ {generation},",
+              "        };",
+              "        std::vector<common_chat_msg> msgs;",
+              "        for (const auto & m : test_case.conversation) {",
               "            msgs.push_back(simple_msg(m.first, m.second));",
               "        }",
-              f"        auto tmpls = common_chat_templates_init(/* model= */ nullptr, {c_string(repro['template'])}, "
-              f"{c_string(repro.get('bos_token') or '')}, {c_string(repro.get('eos_token') or '')});",
+              "        auto tmpls = common_chat_templates_init(/* model= */ nullptr, test_case.template_str, "
+              "test_case.bos_token, test_case.eos_token);",
               "        common_chat_templates_inputs inputs;",
               "        inputs.use_jinja = true;",
               "        inputs.messages = msgs;",
-              f"        inputs.add_generation_prompt = {'true' if case.get('add_generation_prompt') else 'false'};"]
+              "        inputs.add_generation_prompt = test_case.add_generation_prompt;"]
     if expected["kind"] == "rendered":
-        lines += [f"        assert(common_chat_templates_apply(tmpls.get(), inputs).prompt == {c_string(text)});"]
+        lines += ["        assert(common_chat_templates_apply(tmpls.get(), inputs).prompt == test_case.expected_output_jinja);"]
     else:
         lines += ["        bool refused = false;",
                   "        try { common_chat_templates_apply(tmpls.get(), inputs); } catch (const std::exception &) { refused = true; }",
