@@ -182,3 +182,18 @@ def test_bad_input_is_refused_with_the_file_named(report, tmp_path):
     # A site built before is replaced.
     first = build_site([report], tmp_path / "again")
     assert build_site([report], tmp_path / "again")["files"] == first["files"]
+
+
+def test_the_site_and_emit_import_no_engine():
+    """Building a site or emitting a test loads no engine and no runner beyond what the report package itself
+    loads (conformance/report/ is a pure output stage)."""
+    import sys
+
+    code = ("import sys; import conformance.report; before = set(sys.modules); "
+            "import conformance.report.site, conformance.report.emit, conformance.cli.site; "
+            "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in "
+            "('runners', 'jinja2', 'minijinja', 'transformers')) + "
+            "sorted(m for m in sys.modules if m in ('jinja2', 'minijinja', 'transformers')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr
