@@ -178,6 +178,8 @@ def test_cli_emits_from_the_bundled_baseline_and_names_bad_input(tmp_path):
     missing = _run([sys.executable, "-m", "conformance.cli", "explain", "--emit", "json", "--from", str(MINIJINJA),
                     "--cause", "c-nope"], tmp_path, env)
     assert missing.returncode != 0 and "minijinja-2.9.0.explain.json: no cause matches 'c-nope'" in missing.stderr
+    neither = _run([sys.executable, "-m", "conformance.cli", "explain", "--emit", "json"], tmp_path, env)
+    assert neither.returncode == 2 and "give --from" in neither.stderr
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(EmitError, match="bad.json: not a baseline or an explanation"):

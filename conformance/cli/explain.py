@@ -13,7 +13,7 @@ from conformance.cli.check import (
     open_runner,
     selection_from_args,
 )
-from conformance.cli.common import EXIT_OK, progress_printer
+from conformance.cli.common import EXIT_OK, UserError, progress_printer
 
 EXPLAIN_TIMEOUT = 10.0
 
@@ -95,7 +95,7 @@ def cmd_emit(args) -> int:
         path = Path(args.expectations or Path(__file__).resolve().parents[1] / "expectations") / \
             f"{args.runner.split('@')[0]}.json"
     else:
-        raise SystemExit("chatgold explain --emit: give --from BASELINE_OR_EXPLANATION.json or --runner NAME")
+        raise UserError("explain --emit: give --from BASELINE_OR_EXPLANATION.json or --runner NAME")
     source = load_causes(path)
     causes = [source.find(cause_id) for cause_id in args.cause] if args.cause else source.causes[:args.top]
     runner = dict(source.runner)
@@ -147,7 +147,7 @@ def cmd_explain(args) -> int:
     if args.emit:
         return cmd_emit(args)
     if not args.runner:
-        raise SystemExit("chatgold explain: --runner is required (or --emit FORMAT --from FILE)")
+        raise UserError("explain: --runner is required (or --emit FORMAT --from FILE)")
     from conformance.judge.goldens import GoldenStore
     from conformance.judge.pipeline import GoldenJudge, run
     from conformance.report import build_report, write_outputs
