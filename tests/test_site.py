@@ -159,6 +159,23 @@ def test_every_cell_is_counted_per_engine_and_template(site, report):
     assert {e[1] for e in entries if e[0] == "engine"} == {"evaluator", "minijinja"}
 
 
+def test_history_adds_the_trend_by_version(report, tmp_path):
+    """A real `chatgold history` file (minijinja 2.9.0 -> 2.10.2 on Qwen3): its versions, figures and the cause
+    the later version fixed are on the index."""
+    history = Path(__file__).resolve().parent / "data" / "site" / "history-minijinja.json"
+    build_site([report], tmp_path / "site", [history])
+    index = (tmp_path / "site" / "index.html").read_text()
+    trend = index[index.index("<table class=trend>"):]
+    rows = re.findall(r"<tr><td>([0-9.]+)</td><td class=n>([^<]+)</td>", trend)
+    data = json.loads(history.read_text())
+    assert rows == [(v["version"], f"{v['figure']['conformance']:.2f}%") for v in data["versions"]]
+    assert "fixed: c-2a4b68283c a slice with a step" in trend and "(3 cells)" in trend
+    bad = tmp_path / "not-history.json"
+    bad.write_text("[]")
+    with pytest.raises(ValueError, match="not-history.json: not a chatgold history"):
+        build_site([report], tmp_path / "site2", [bad])
+
+
 def test_bad_input_is_refused_with_the_file_named(report, tmp_path):
     # A sidecar missing a record: the counts no longer add up, and the site says so rather than drop the cell.
     broken = tmp_path / "broken"

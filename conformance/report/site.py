@@ -224,15 +224,29 @@ def _index(data: SiteData) -> str:
             *rows, "</table>"]
     for history in data.histories:
         body.append(f"<h2>{_e(history['engine'])}: conformance by version</h2><table class=trend><tr><th>version</th>"
-                    "<th>conformance</th><th>cells passed</th><th>fixed since previous</th><th>newly failing</th></tr>")
+                    "<th>conformance</th><th>cells passed</th><th>fixed since previous</th><th>newly failing</th>"
+                    "<th>causes fixed / introduced</th></tr>")
         changes = {c["to"]: c for c in history.get("changes", [])}
+        titles = history.get("causes", {})
         for row in history["versions"]:
             change = changes.get(row["version"], {})
+            moved = [(sign, group) for sign, key in (("fixed", "fixed"), ("introduced", "introduced"))
+                     for group in change.get(key, [])]
             body.append(f"<tr><td>{_e(row['version'])}</td><td class=n>{_pct(row['figure'].get('conformance'))}</td>"
                         f"<td class=n>{row['figure'].get('passed', '')}</td><td class=n>{change.get('cells_fixed', '')}</td>"
-                        f"<td class=n>{change.get('cells_introduced', '')}</td></tr>")
+                        f"<td class=n>{change.get('cells_introduced', '')}</td><td>"
+                        + "<br>".join(f"{sign}: {_history_cause(data, group['cause'], titles)} ({group.get('cells', 0)} cells)"
+                                      for sign, group in moved) + "</td></tr>")
         body.append("</table>")
     return _page("chatgold: chat template conformance", "".join(body), 0)
+
+
+def _history_cause(data: SiteData, key: str, titles: dict) -> str:
+    """A history's cause key: a link when the site has the cause's page, else the key and its title."""
+    title = titles.get(key, {}).get("title", "")
+    if key in data.causes:
+        return f"<a href='cause/{_e(key)}.html'>{_e(key)}</a> {_e(title)}"
+    return f"{_e(key)} {_e(title)}"
 
 
 def _cause_block(data: SiteData, name: str, rank: int, cause: dict, emitted: dict) -> str:
