@@ -42,9 +42,9 @@ header{background:#24292f;color:#fff;padding:8px 16px;display:flex;gap:16px;alig
 header a{color:#fff;text-decoration:none;font-weight:600}
 header form{margin-left:auto}
 header input{padding:4px 8px;width:260px}
-main{padding:12px 16px;max-width:1200px}
+main{padding:12px 16px}
 table{border-collapse:collapse;margin:8px 0}
-td,th{border:1px solid #d0d7de;padding:3px 8px;text-align:left;vertical-align:top}
+td,th{border:1px solid #d0d7de;padding:3px 6px;text-align:left;vertical-align:top;font-size:13px}
 th{background:#f6f8fa}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:320px;white-space:pre-wrap;word-break:break-all}
