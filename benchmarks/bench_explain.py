@@ -38,7 +38,8 @@ def measure(spec: str, which: str, limit, workers: int, budget) -> dict:
     from conformance.explain import explain
     from conformance.explain.cache import ExplainCache
     from conformance.judge.goldens import GoldenStore
-    from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
+    from conformance.checkrun import check_cells
+    from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell
     from runners import REFERENCE_RUNNER, get_runner, is_builtin
 
     selection = Selection.load()
@@ -54,7 +55,7 @@ def measure(spec: str, which: str, limit, workers: int, budget) -> dict:
         reference = get_runner(REFERENCE_RUNNER, workers=workers, timeout=10)
         try:
             started = time.perf_counter()
-            results = run(engine, cells, GoldenJudge(GoldenStore()))
+            results = check_cells(engine, cells, GoldenJudge(GoldenStore()))
             matrix_seconds = time.perf_counter() - started
             starts_before = getattr(engine, "server_starts", None)
             started = time.perf_counter()

@@ -7,7 +7,7 @@ native: the engine rendering the same cells in one process, compiled templates r
 through MiniJinjaRenderer (native MiniJinja values, as the harness renders), the evaluator through
 EvaluatorRunner.render, the reference through HFRenderer (transformers' apply_chat_template in-process), and
 @huggingface/jinja through a node loop over the harness's own engine module (benchmarks/hfjs_native.mjs).
-suite: the check path (judge.pipeline.run: render through the harness processes, read the goldens, judge every
+suite: the check path (checkrun.check_cells: render through the harness processes, read the goldens, judge every
 cell) with no result store. raw: render_many alone. v1: raw with the harness spoken to in protocol version 1
 (one render message per cell), so the gain of batches shows. Passes alternate, best of REPEATS each; wall time
 and CPU time (this process and the engine's harness processes) per cell. On a busy machine the wall ratio
@@ -33,7 +33,7 @@ from conformance.corpus.manifest import load_corpus  # noqa: E402
 from conformance.judge.attribution import attribute_results  # noqa: E402
 from conformance.judge.goldens import read_golden  # noqa: E402
 from conformance.judge.pipeline import iter_cells  # noqa: E402
-from conformance.judge.pipeline import run as run_cells  # noqa: E402
+from conformance.checkrun import check_cells as run_cells  # noqa: E402
 from conformance.judge.status import Status  # noqa: E402
 from runners.base import Errored, Raised, Rendered, Skipped  # noqa: E402
 

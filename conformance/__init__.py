@@ -30,13 +30,18 @@ def schema_validator(name: str, formats: bool = False):
     from jsonschema import Draft202012Validator, FormatChecker
     from referencing import Registry, Resource
 
-    from runners.protocol.validate import SCHEMA_DIR
-
     schemas = {}
-    for folder in (PACKAGE_DIR / "schemas", Path(SCHEMA_DIR)):
+    for folder in (PACKAGE_DIR / "schemas", _protocol_schema_dir()):
         for path in sorted(folder.glob("*.schema.json")):
             schemas[path.name] = json.loads(path.read_text(encoding="utf-8"))
     registry = Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas.values())
     schema = schemas[name]
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema, registry=registry, format_checker=FormatChecker() if formats else None)
+
+
+def _protocol_schema_dir() -> Path:
+    # Located, not imported: validating a report must load no runner module (runners/ is engines).
+    from importlib.util import find_spec
+
+    return Path(find_spec("runners").submodule_search_locations[0]) / "protocol"

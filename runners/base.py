@@ -138,6 +138,21 @@ class RefusalKind(StrEnum):
     UNSUPPORTED = "unsupported"
 
 
+# jinja2's exception types as refusal kinds: a syntax or assertion error is the template failing to compile;
+# TemplateError itself is what the template's raise_exception(M) raises (transformers'
+# utils/chat_template_utils.py, _compile_jinja_template); every other failure happens while rendering. The
+# reference runner names its refusals so, and goldens store them so.
+_COMPILE_ERRORS = frozenset({"TemplateSyntaxError", "TemplateAssertionError"})
+_RAISE_ERROR = "TemplateError"
+
+
+def refusal_of(type_name: str) -> RefusalKind:
+    """The refusal kind of a jinja2 exception type name."""
+    if type_name in _COMPILE_ERRORS:
+        return RefusalKind.COMPILE
+    return RefusalKind.RAISE if type_name == _RAISE_ERROR else RefusalKind.RENDER
+
+
 @dataclass(frozen=True)
 class Rendered:
     text: str
@@ -172,7 +187,12 @@ OUTCOME_TYPES = {"rendered": Rendered, "raised": Raised, "errored": Errored, "sk
 
 
 def outcome_to_dict(outcome: Outcome) -> dict:
-    return dataclasses.asdict(outcome)
+    """The one JSON form of an outcome (explanations, the explain cache): its kind and its fields, the refusal
+    kind as its string."""
+    data = dataclasses.asdict(outcome)
+    if isinstance(outcome, Raised):
+        data["refusal"] = str(outcome.refusal)
+    return {"kind": data.pop("kind"), **data}
 
 
 def outcome_from_dict(data: dict) -> Outcome:

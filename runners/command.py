@@ -234,7 +234,7 @@ class HarnessProcess:
         return info
 
     def _check_response(self, kind: str, line: bytes) -> None:
-        from .protocol.validate import check_response
+        from .protocol.schema import check_response
 
         try:
             check_response(kind, line)
@@ -243,7 +243,7 @@ class HarnessProcess:
 
     def _send(self, message: dict) -> None:
         if self.validate:
-            from .protocol.validate import check_request
+            from .protocol.schema import check_request
 
             check_request(message)  # our own bug if this fails: let it raise
         self._write(encode(message))

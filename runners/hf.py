@@ -21,7 +21,7 @@ import os
 from functools import lru_cache
 from typing import Optional
 
-from .base import Outcome, Raised, RefusalKind, Rendered, RenderRequest, Skipped
+from .base import Outcome, Raised, Rendered, RenderRequest, Skipped, refusal_of
 from .command import CommandRunner
 from .harness import python_harness
 from .identity import dist_versions
@@ -44,30 +44,10 @@ def parse_now(now: str) -> _dt.datetime:
     return value
 
 
-# jinja2's exception types as refusal kinds: a syntax or assertion error is the template failing to compile;
-# TemplateError itself is what the template's raise_exception(M) raises (transformers'
-# utils/chat_template_utils.py, _compile_jinja_template); every other failure happens while rendering.
 # The reference's harness: transformers and its imports take under 200 MB of address space; a template that
 # allocates without end (a loop of 10^10 iterations, a string of GBs) gets MemoryError at 1 GiB, an Errored
-# cell, long before its time limit.
+# cell, long before its time limit. (jinja2's exception types as refusal kinds: runners.base.refusal_of.)
 HF_MEMORY_LIMIT = 1024**3
-_COMPILE_ERRORS = frozenset({"TemplateSyntaxError", "TemplateAssertionError"})
-_RAISE_ERROR = "TemplateError"
-
-
-def refusal_of(type_name: str) -> RefusalKind:
-    if type_name in _COMPILE_ERRORS:
-        return RefusalKind.COMPILE
-    return RefusalKind.RAISE if type_name == _RAISE_ERROR else RefusalKind.RENDER
-
-
-def reference_refusal(text: str) -> tuple[RefusalKind, str]:
-    """(kind, message) of a reference refusal as goldens store it ("<ExceptionType>: <message>"); for
-    raise_exception the message is exactly the template's argument."""
-    type_name, sep, message = text.partition(": ")
-    if not sep or not type_name.isidentifier():
-        return RefusalKind.RENDER, text
-    return refusal_of(type_name), message
 
 
 class _FrozenDatetime(_dt.datetime):

@@ -27,7 +27,7 @@ def private_result_store(tmp_path_factory):
     user's: outcomes cached by one test run cannot answer for another."""
     import os
 
-    from conformance.judge.store import RESULTS_DIR_ENV
+    from conformance.render.store import RESULTS_DIR_ENV
 
     previous = os.environ.get(RESULTS_DIR_ENV)
     os.environ[RESULTS_DIR_ENV] = str(tmp_path_factory.mktemp("results"))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from conformance.checkrun import CheckRun
 from conformance.corpus.cases import load_cases
 from conformance.corpus.manifest import load_corpus
-from conformance.judge.attribution import attribute_diverged, attribute_divergence
-from conformance.judge.goldens import Golden, GoldenStore, read_golden
-from conformance.judge.pipeline import iter_cells, requests_by_cell, run
+from conformance.judge.attribution import attribute_divergence
+from conformance.judge.goldens import Golden, read_golden
+from conformance.judge.pipeline import iter_cells
 from conformance.judge.status import Status
 from runners import get_runner
 
@@ -16,9 +17,10 @@ DIVERGED = Status.DIVERGED
 
 
 def check_cells(runner, cells, attribute=True):
-    results = run(runner, cells).results
-    if attribute:
-        attribute_diverged(results, requests_by_cell(cells), GoldenStore())
+    """The stages render -> judge -> verdict, then attribute when asked (what `chatgold check` runs)."""
+    check = CheckRun(cells, attribute=attribute)
+    results = check.check(runner).results
+    check.attribute_results(results)
     return results
 
 TEMPLATE = "ai21labs-ai21-jamba-reasoning-3b"  # dumps each tool with `tool | tojson`
@@ -38,7 +40,7 @@ def test_minijinja_tojson_divergence_is_attributed_to_the_tojson_line(tojson_cel
     with get_runner("minijinja", workers=1) as runner:
         [result] = check_cells(runner, tojson_cell)
     assert result.status == DIVERGED, result
-    attribution = result.extra["attribution"]
+    attribution = result.attribution
     source_lines = tojson_cell[0].template.source().splitlines()
     tojson_lines = [n for n, line in enumerate(source_lines, 1) if "| tojson" in line]
     assert attribution["construct"] == "filter:tojson"
@@ -82,9 +84,9 @@ def test_attribution_in_worker_processes_equals_in_process():
     serial, parallel = copy.deepcopy(pending), copy.deepcopy(pending)
     attribution.attribute_results(serial, processes=1)
     attribution.attribute_results(parallel, processes=2)
-    assert [r.extra["attribution"] for r, _, _ in parallel] == [r.extra["attribution"] for r, _, _ in serial]
-    assert any("line" in r.extra["attribution"] for r, _, _ in serial)
+    assert [r.attribution for r, _, _ in parallel] == [r.attribution for r, _, _ in serial]
+    assert any("line" in r.attribution for r, _, _ in serial)
     # The workers answer what the traced render gives in this process (these templates are trusted).
     first, request, golden = serial[0]
     task = (request.template, [(request, golden, [first.divergence.offset])])
-    assert attribution.attribute_template(task)[0][0] == first.extra["attribution"]
+    assert attribution.attribute_template(task)[0][0] == first.attribution

@@ -228,7 +228,8 @@ def hfjs_modules():
 
 
 def test_node_consumer_gives_the_hfjs_runners_verdicts(tmp_path, hfjs_modules):
-    from conformance.judge.pipeline import GoldenJudge, Selection, run
+    from conformance.checkrun import check_cells
+    from conformance.judge.pipeline import GoldenJudge, Selection
     from runners.hfjs import HFJSRunner
 
     ids = selection_ids(sample=10)
@@ -241,7 +242,7 @@ def test_node_consumer_gives_the_hfjs_runners_verdicts(tmp_path, hfjs_modules):
     consumer = read_statuses(tmp_path / "statuses.jsonl")
     selection = Selection.load(templates=ids)
     with HFJSRunner(workers=2) as runner:
-        results = run(runner, selection.cells(), GoldenJudge())
+        results = check_cells(runner, selection.cells(), GoldenJudge())
     chatgold_says = {r.key: str(r.status) for r in results.results}
     assert len(consumer) == len(chatgold_says) > 2000
     disagreements = {k: (consumer.get(k), v) for k, v in chatgold_says.items() if consumer.get(k) != v}

@@ -21,7 +21,7 @@ UNEXPECTED_FAIL, UNEXPECTED_PASS, NOT_RUN = Verdict.UNEXPECTED_FAIL, Verdict.UNE
 
 def _result(template, case, status, fingerprint=None, message=""):
     result = CellResult("engine-x", template, case, status, message=message)
-    result.extra["fingerprint"] = fingerprint
+    result.fingerprint = fingerprint
     return result
 
 
@@ -119,7 +119,7 @@ def test_format_2_records_causes_once_and_cells_by_cause(tmp_path):
     from conformance import schema_validator
 
     first = _result("t1", "a", "diverged", "0123456789abcdef")
-    first.extra["cause"] = "c-0123456789"
+    first.cause = "c-0123456789"
     second = _result("t2", "b", "engine-raised", "fedcba9876543210", "no tojson")
     unexplained = _result("t2", "c", "diverged", "1111111111111111")
     cause = {"id": "c-0123456789", "title": "`|tojson`: prints `\\u0027`", "constructs": ["filter:tojson"],
@@ -137,7 +137,7 @@ def test_format_2_records_causes_once_and_cells_by_cause(tmp_path):
     data["causes"][0]["link"] = "https://example.invalid/issue/1"
     (tmp_path / "engine-x.json").write_text(json.dumps(data))
     again = _result("t3", "a", "diverged", "2222222222222222")
-    again.extra["cause"] = "c-0123456789"
+    again.cause = "c-0123456789"
     new, _ = update_expectations("engine-x", [first, again], directory=tmp_path,
                                  causes={cause["id"]: dict(cause, title="retitled")})
     known = new.causes["c-0123456789"]
@@ -158,11 +158,11 @@ def test_a_new_cell_with_a_known_cause_is_known(tmp_path):
     baseline = load_expectations("engine-x", tmp_path)
     known_cell = _result("t1", "a", "diverged", "0123456789abcdef")
     new_cell_known_cause = _result("t9", "z", "diverged", "3333333333333333")
-    new_cell_known_cause.extra["cause"] = "c-0123456789"
+    new_cell_known_cause.cause = "c-0123456789"
     changed_known_cause = _result("t1", "a", "diverged", "4444444444444444")
-    changed_known_cause.extra["cause"] = "c-0123456789"
+    changed_known_cause.cause = "c-0123456789"
     new_cause = _result("t9", "y", "diverged", "5555555555555555")
-    new_cause.extra["cause"] = "c-9999999999"
+    new_cause.cause = "c-9999999999"
     results = [known_cell, new_cell_known_cause, changed_known_cause, new_cause]
     apply_expectations(results, baseline)
     assert [r.verdict for r in results] == [EXPECTED_FAIL, EXPECTED_FAIL, EXPECTED_FAIL, UNEXPECTED_FAIL]

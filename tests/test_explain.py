@@ -14,7 +14,8 @@ from conformance.explain import explain
 from conformance.explain import template as tpl
 from conformance.explain.cache import ExplainCache
 from conformance.explain.signature import compare, edits
-from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
+from conformance.checkrun import check_cells
+from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell
 from conformance.judge.status import NON_MATCHING, Status
 from runners import get_runner
 from runners.base import Raised, RefusalKind, RenderRequest, Rendered
@@ -46,14 +47,14 @@ def reference():
 
 
 def failing(runner, cells) -> set:
-    results = run(runner, cells, GoldenJudge())
+    results = check_cells(runner, cells, GoldenJudge())
     assert not [r for r in results.results if not r.passed and r.status not in NON_MATCHING], \
         "the planted harness must only ever differ, never error or skip"
     return {r.key for r in results.results if r.status in NON_MATCHING}
 
 
 def explained(runner, reference, cells, cache=None):
-    results = run(runner, cells, GoldenJudge())
+    results = check_cells(runner, cells, GoldenJudge())
     return results, explain(results, runner, reference, requests_by_cell(cells), cache=cache)
 
 
@@ -165,7 +166,7 @@ def test_template_tree_keeps_the_exact_source_and_candidates_parse():
 def test_baseline_fast_path_known_causes_and_stale_causes(reference, tmp_path):
     """Held against a format-2 baseline: known cells keep their cause without a reduction, a cell new to the
     baseline whose cause is known is known, and a known cause whose reproducer no longer differs is news."""
-    from conformance.explain.baseline import explain_with_baseline
+    from conformance.checkrun import CheckRun, ExplainOptions
     from conformance.judge.expectations import (
         expectations_path,
         load_expectations,
@@ -175,9 +176,12 @@ def test_baseline_fast_path_known_causes_and_stale_causes(reference, tmp_path):
 
     selection = Selection.load(["meta-llama-llama-3.1-8b-instruct"], ["chat-whitespace-padded", "chat-single-user"])
     cells = selection.cells()
+    def check_run():
+        return CheckRun(cells, expectations_dir=tmp_path, explain=ExplainOptions(), reference=lambda: reference)
+
     with planted("trim-does-nothing") as runner:
-        results = run(runner, cells, GoldenJudge(), expectations_dir=tmp_path)
-        first = explain_with_baseline(results, runner, reference, requests_by_cell(cells))
+        results = check_run().check(runner)
+        first = results.explanation
         [cause] = first.causes
         update_expectations(results.name, results.results, directory=tmp_path,
                             causes={c.id: c.to_dict() for c in first.causes})
@@ -191,8 +195,8 @@ def test_baseline_fast_path_known_causes_and_stale_causes(reference, tmp_path):
         template = cells[0].template.id
         data["cells"][template]["chat-single-user"] = "diverged:0000000000000000@c-0000000000"
         path.write_text(json.dumps(data))
-        again = run(runner, cells, GoldenJudge(), expectations_dir=tmp_path)
-        second = explain_with_baseline(again, runner, reference, requests_by_cell(cells))
+        again = check_run().check(runner)
+        second = again.explanation
     assert second.stats["fast_path"] == len(cause.cells) and second.stats["reduced"] == 0
     assert [c.id for c in second.causes] == [cause.id] and second.causes[0].confirmed
     assert [s["id"] for s in second.stale] == ["c-0000000000"]
@@ -315,3 +319,40 @@ def test_a_change_to_a_runners_code_retires_its_cached_reductions():
     own = ("tgi_runner.py", "minijinja_runner.py", "hf.py")
     assert code["code"] == source_digest(*PROTOCOL_FILES, *sorted({*own, "serde_shapes.py", "mistralrs_runner.py"}))
     assert code["code"] != source_digest(*PROTOCOL_FILES, *sorted(own))
+
+
+def test_the_verdict_is_the_same_with_and_without_the_explain_stage_for_every_cell_whose_cause_is_known(
+        reference, tmp_path):
+    """The verdict is decided once, after causes: a cell the baseline knows with its cause gets the same verdict
+    with `--no-explain`; a cell new to the baseline is known only once explaining finds a known cause for it."""
+    from conformance.checkrun import CheckRun, ExplainOptions
+    from conformance.judge.expectations import expectations_path, load_expectations, update_expectations
+    from conformance.judge.status import Verdict
+
+    cells = Selection.load(TEMPLATES[:1], ["tools-one", "tools-one-system", "chat-single-user"]).cells()
+
+    def verdicts(runner, explain) -> dict:
+        check = CheckRun(cells, expectations_dir=tmp_path, explain=explain, reference=lambda: reference)
+        return {r.key: r.verdict for r in check.check(runner).results}
+
+    with planted("tojson-sorts-keys") as runner:
+        recorded = CheckRun(cells, expectations_dir=tmp_path, explain=ExplainOptions(bare=True),
+                            reference=lambda: reference).check(runner)
+        update_expectations(recorded.name, recorded.results, directory=tmp_path,
+                            causes={c.id: c.to_dict() for c in recorded.explanation.causes})
+        [cause] = recorded.explanation.causes
+        assert len(cause.cells) == 2, cause.cells  # both tools cells: tojson sorts the tool's keys
+        path = expectations_path(recorded.name, tmp_path)
+        data = json.loads(path.read_text())
+        new_cell = sorted(cause.cells)[0]
+        del data["cells"][new_cell[0]][new_cell[1]]  # now new to the baseline; its cause is still known
+        path.write_text(json.dumps(data))
+        baseline = load_expectations(recorded.name, tmp_path)
+        with_causes = verdicts(runner, ExplainOptions())
+        without = verdicts(runner, None)
+    known = [c.key for c in cells if (e := baseline.get(*c.key)) is not None and e.cause]
+    assert known == [sorted(cause.cells)[1]]
+    assert all(with_causes[key] == without[key] == Verdict.EXPECTED_FAIL for key in known)
+    assert with_causes[new_cell] == Verdict.EXPECTED_FAIL and without[new_cell] == Verdict.UNEXPECTED_FAIL
+    matching = [c.key for c in cells if c.key not in cause.cells]
+    assert all(with_causes[key] == without[key] == Verdict.EXPECTED_PASS for key in matching)

@@ -422,7 +422,7 @@ STORE_STATES = st.fixed_dictionaries({
 
 
 def _make_store(root, state) -> dict:
-    from conformance.judge.store import MAGIC, MARKER_FILE, encode_pack
+    from conformance.render.store import MAGIC, MARKER_FILE, encode_pack
 
     foreign = {}
     if state["root"] == "file":
@@ -461,7 +461,7 @@ def _make_store(root, state) -> dict:
 
 
 def test_fuzz_store_states(tmp_path_factory):
-    from conformance.judge.store import ResultStore, StoreUnusable
+    from conformance.render.store import ResultStore, StoreUnusable
     from runners.base import Rendered
 
     seen: Counter = Counter()

@@ -98,7 +98,7 @@ def test_a_killed_import_leaves_nothing_behind(tmp_path):
 
     root = tmp_path / "templates"
     shutil.copytree(templates_dir(), root)
-    before = sorted(p.name for p in root.iterdir())
+    known = len(load_corpus(root).entries)
     rng = random.Random(5)
     for attempt in range(6):
         template = tmp_path / f"fresh-{attempt}.jinja"
@@ -113,8 +113,12 @@ def test_a_killed_import_leaves_nothing_behind(tmp_path):
         assert not (root / IMPORT_JOURNAL).exists() and not list(root.glob(".*.tmp"))
         for entry in corpus.entries:
             assert entry.path().exists()
-        if len(corpus.entries) > len(before) - 3:  # an import that completed is kept whole
-            assert all(entry.source_bytes() for entry in corpus.entries)
+        # Whole or nothing: the killed import added its one template with its text, or added nothing.
+        assert len(corpus.entries) - known in (0, 1), (known, len(corpus.entries))
+        assert all(entry.source_bytes() for entry in corpus.entries)
+        sources = {entry.source() for entry in corpus.entries}
+        assert (template.read_text() in sources) == (len(corpus.entries) == known + 1)
+        known = len(corpus.entries)
     constructs = json.loads((root / "constructs.json").read_text())
     assert set(constructs) == {e.sha256 for e in load_corpus(root).entries}
 

@@ -47,8 +47,8 @@ def test_compare_groups_introduced_fixed_and_changed_cells_by_cause():
 def test_signature_of_a_diverged_cell_is_the_smallest_edit():
     assert smallest_edit("True, 'x'", "true, 'x'") == ("T", "t")
     result = CellResult("e", "t", "c", Status.DIVERGED)
-    result.extra["golden_window"] = {"after": "[1, None]"}
-    result.extra["output_window"] = {"after": "[1, none]"}
+    result.golden_window = {"after": "[1, None]"}
+    result.output_window = {"after": "[1, none]"}
     assert signature(result) == "diverged: 'N' -> 'n'"
     assert normalise_message("unknown method: 'x' has no method named 'y' (in chat_template:12)") == \
         "unknown method: '…' has no method named '…'"

@@ -11,7 +11,7 @@ import gguf
 import numpy as np
 
 from conformance import repo_root
-from conformance.corpus.identify import identify_gguf, runner_results
+from conformance.analysis.identify import identify_gguf, runner_results
 from conformance.corpus.manifest import load_corpus
 
 KNOWN = "01-ai-yi-1.5-9b-chat"
@@ -117,7 +117,7 @@ def test_real_vocab_ggufs_of_llama_cpp(llamacpp_models):
 
 
 def test_runner_results_count_every_cell_of_a_gate_report():
-    from conformance.corpus.identify import runner_results
+    from conformance.analysis.identify import runner_results
 
     report = _report({"minijinja": {"passed": {"t": ["b", "c"]}}},
                      [{"runner": "minijinja", "template": "t", "case": c, "status": s}

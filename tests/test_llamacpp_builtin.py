@@ -62,10 +62,11 @@ def test_detection_rules_and_source_normalisation():
 
 
 def _run_basic(runner, template_ids):
-    from conformance.judge.pipeline import Selection, run
+    from conformance.checkrun import check_cells
+    from conformance.judge.pipeline import Selection
 
     selection = Selection.load(templates=template_ids, cases=["chat-single-user", "chat-system", "chat-multi-turn"])
-    return run(runner, selection.cells(), tokens=False)
+    return check_cells(runner, selection.cells(), tokens=False)
 
 
 def test_a_template_it_detects_right_and_one_it_renders_wrongly(builtin):
@@ -98,7 +99,8 @@ def test_an_unrecognised_template_and_tools_are_refused_as_unsupported(builtin):
 
 def test_unsupported_refusals_never_match_a_reference_refusal():
     from conformance.judge.goldens import Golden
-    from conformance.judge.status import Status, classify
+    from conformance.judge.classify import classify
+    from conformance.judge.status import Status
 
     refusal = Raised("this custom template is not supported, try using --jinja", RefusalKind.UNSUPPORTED)
     assert classify(Golden("rendered", b"x"), refusal).status == Status.ENGINE_RAISED

@@ -225,9 +225,9 @@ def write_gguf(path, template, architecture="llama"):
 
 
 def test_identify_names_ollamas_choice_and_the_probe_its_first_differing_case(tmp_path, harness):
-    from conformance.corpus.identify import describe, identify_gguf
+    from conformance.analysis.identify import describe, identify_gguf
     from conformance.corpus.manifest import load_corpus
-    from conformance.corpus.ollama_choice import probe
+    from conformance.analysis.ollama_choice import probe
 
     chatml = entry("chatml")
     (finding,) = identify_gguf(write_gguf(tmp_path / "chatml.gguf", chatml), load_corpus())

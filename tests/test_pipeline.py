@@ -10,10 +10,15 @@ from pathlib import Path
 import pytest
 
 from conformance.cli import main
-from conformance.judge.pipeline import Selection, run
-from conformance.judge.status import Status, figure
-from conformance.report import check_report, load_report
+from conformance.judge.expectations import Expectations
+from conformance.checkrun import check_cells
+from conformance.judge.pipeline import RunnerResults, Selection, apply_expectations
+from conformance.judge.status import CellResult, Status, figure
+from conformance.report import build_report, check_report, load_report, merge_reports
+from conformance.report.html import render_html
+from conformance.report.render import badge, markdown, terminal
 from runners import get_runner
+from runners.base import Rendered
 
 ROOT = Path(__file__).resolve().parent.parent
 # Templates that use {% generation %}: MiniJinja 3.1.0 cannot compile them, the reference can.
@@ -26,7 +31,7 @@ def test_an_engine_that_cannot_compile_has_no_matching_cell():
     for template in selection.templates:
         assert "generation" in template.source()
     with get_runner("minijinja", workers=1) as runner:
-        results = run(runner, selection.cells())
+        results = check_cells(runner, selection.cells())
     counts = results.counts()
     assert counts["match"] == counts["both-raised"] == 0, counts
     # Where the reference refused too (its raise_exception), the engine's compile failure is another kind.
@@ -41,7 +46,7 @@ def test_a_raise_exception_matches_only_with_its_message(tmp_path):
     selection = Selection.load(["abacusai-smaug-mixtral-v0.1"], ["chat-system"])
     [cell] = selection.cells()
     with get_runner("evaluator") as runner:
-        [result] = run(runner, [cell]).results
+        [result] = check_cells(runner, [cell]).results
     assert result.status == Status.BOTH_RAISED and result.refusal == "raise"
 
 
@@ -65,9 +70,17 @@ def test_skipped_cells_are_outside_the_denominator_in_every_output(tmp_path, mon
     section = report["runners"]["chatml-builtin"]
     fig = section["figure"]
     assert fig["not_run"] == section["counts"]["skipped"] == 2 and fig["judged"] == 1
-    assert fig["conformance"] == (100.0 if section["counts"]["match"] else 0.0)
-    assert section["verdicts"]["not-run"] == 2 and section["unexpected"] == (0 if fig["conformance"] else 1)
-    assert status == (0 if fig["conformance"] else 1)
+    # The one judged cell, judged here without the pipeline: the engine's bytes against the golden file's.
+    [cell] = Selection.load(["qwen-qwen2.5-7b-instruct"], ["chat-single-user"]).cells()
+    with get_runner("chatml-builtin", workers=1) as runner:
+        rendered = runner.render(cell.request)
+    assert isinstance(rendered, Rendered), rendered
+    golden = (ROOT / "goldens" / "qwen-qwen2.5-7b-instruct" / "chat-single-user.txt").read_bytes()
+    matches = rendered.text.encode("utf-8") == golden
+    assert fig["conformance"] == (100.0 if matches else 0.0)
+    assert section["counts"]["match"] == int(matches)
+    assert section["verdicts"]["not-run"] == 2 and section["unexpected"] == (0 if matches else 1)
+    assert status == (0 if matches else 1)
     # JUnit: skipped, not failed; badge and Markdown say how much ran; HTML shows the skip reasons.
     suite = ET.parse(tmp_path / "j.xml").getroot()[0]
     [template_case] = [c for c in suite.findall("testcase") if c.get("classname") == "chatgold.chatml-builtin"]
@@ -112,13 +125,31 @@ def test_report_is_a_pure_output_stage(path):
                                                      "conformance.judge.attribution"))}, imported
 
 
-def test_conformance_is_figured_in_one_place():
-    """No second copy of the conformance percentage: only judge/status.py divides passes by cells."""
-    offenders = []
-    for path in sorted((ROOT / "conformance").rglob("*.py")):
-        text = path.read_text(encoding="utf-8")
-        if path.name == "status.py":
-            continue
-        if "100.0 * passed" in text or "100.0 * slot" in text or '100.0 * row["matches"] / row["cells"]' in text:
-            offenders.append(str(path.relative_to(ROOT)))
-    assert not offenders
+def test_every_output_shows_the_one_conformance_figure():
+    """Two templates, every kind of status: the runner's figure, each construct's row, the terminal, Markdown,
+    badge and HTML outputs and a merge all show the figure worked out here by hand."""
+    plan = {"t-a": ["match", "match", "diverged", "skipped"],
+            "t-b": ["match", "both-raised", "engine-raised", "no-golden", "diverged", "timeout"]}
+    results = [CellResult("eng", t, f"c{i}", Status(s)) for t, statuses in plan.items() for i, s in enumerate(statuses)]
+    expectations = Expectations("eng")
+    apply_expectations(results, expectations)
+    metadata = {"cases": {}, "templates": {"t-a": {"family": "a", "constructs": ["filter:x"]},
+                                           "t-b": {"family": "b", "constructs": ["filter:y"]}}}
+    report = build_report([RunnerResults({"name": "eng"}, results, expectations)], {}, metadata)
+    # 10 cells; skipped and no-golden are not run: 8 judged; match + both-raised: 4 passed.
+    section = report["runners"]["eng"]
+    assert section["figure"] == {"cells": 10, "judged": 8, "passed": 4, "not_run": 2, "conformance": 50.0,
+                                 "ran": 80.0}
+    # filter:x: t-a, 2 of 3 judged; filter:y: t-b, 2 of 5 judged.
+    assert section["constructs"]["filter:x"]["conformance"] == 66.67
+    assert section["constructs"]["filter:y"]["conformance"] == 40.0
+    assert "ran 80.0% of 10 cells; 50.00% of 8 match" in terminal(report)
+    assert "| eng | 50.00% | 80.00% | 10 | 4 |" in markdown(report)
+    assert badge(section)["message"] == "50.00% of 80% run"
+    page = render_html(report)
+    assert "ran 80.0% of 10 cells; 50.00% of 8 match" in page
+    assert ">filter:x</td><td class=\"c50\" title=\"2/4 match, 1 diverged\">66.7%<" in page
+    assert ">filter:y</td><td class=\"c0\" title=\"2/6 match, 1 diverged\">40.0%<" in page
+    merged = merge_reports([report])
+    assert merged["runners"]["eng"]["figure"] == section["figure"]
+    assert merged["runners"]["eng"]["constructs"]["filter:y"]["conformance"] == 40.0

@@ -1,4 +1,4 @@
-"""The result store (conformance/judge/store.py): an outcome is reused only under the same runner identity,
+"""The result store (conformance/render/store.py): an outcome is reused only under the same runner identity,
 template and case; a corrupt pack is detected and its cells rendered again, never trusted; concurrent writers
 lose nothing; the store stays within its bound; the gate with a warm store gives the same verdicts as cold.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.judge.store import (
+from conformance.render.store import (
     MAGIC,
     CachedRunner,
     ResultStore,
@@ -222,7 +222,7 @@ def test_the_pack_index_follows_its_schema(store, tmp_path):
 
 WRITER = """
 import sys
-from conformance.judge.store import ResultStore
+from conformance.render.store import ResultStore
 from runners.base import Rendered, RenderRequest
 store = ResultStore(sys.argv[1], verbose=False)
 identity = ("1" * 64, {"name": "writer"})
@@ -475,7 +475,7 @@ def test_an_unusable_store_is_left_with_a_warning_not_an_aborted_check(tmp_path,
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "huge"])
 def test_a_pack_that_is_not_a_regular_file_of_bounded_size_is_corrupt_not_read(store, tmp_path, kind):
-    import conformance.judge.store as module
+    import conformance.render.store as module
 
     identity = ("8" * 64, {"name": "someengine"})
     cells = requests(templates=("T1 {{ x }}",))

@@ -96,7 +96,8 @@ def test_bos_printed_by_the_template_and_added_by_the_gguf_is_doubled_without_ji
 
 
 def test_pipeline_gives_every_cell_a_token_verdict_and_the_report_shows_them(servers):
-    from conformance.judge.pipeline import Selection, run
+    from conformance.checkrun import check_cells
+    from conformance.judge.pipeline import Selection
     from conformance.report import build_report, check_report
     from conformance.report.render import markdown
 
@@ -104,8 +105,8 @@ def test_pipeline_gives_every_cell_a_token_verdict_and_the_report_shows_them(ser
     selection = Selection.load(templates=["codellama-codellama-7b-instruct-hf", "qwen-qwen2.5-7b-instruct",
                                           "microsoft-dialogpt-medium"],
                                cases=["chat-single-user", "chat-multi-turn", "system-only"])
-    results = run(jinja, selection.cells())
-    verdicts = {r.key: r.extra["tokens"] for r in results.results}
+    results = check_cells(jinja, selection.cells())
+    verdicts = {r.key: r.tokens for r in results.results}
     byte_status = {r.key: r.status for r in results.results}
     # codellama: the model adds a BOS and its template prints one per user turn: llama.cpp strips the printed one
     # and adds its own, so the sequences agree; a conversation that is only a system message renders nothing,
@@ -159,7 +160,7 @@ def test_identify_probe_says_whether_the_file_doubles_the_bos(servers, tmp_path)
     import gguf
     import numpy as np
 
-    from conformance.corpus.identify import identify_gguf, probe_bos
+    from conformance.analysis.identify import identify_gguf, probe_bos
     from conformance.corpus.manifest import load_corpus
     from runners.gguf_header import read_header
 

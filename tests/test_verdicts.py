@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from conformance import schema_validator
+from conformance.checkrun import check_cells
 from conformance.explain import explain
+from conformance.judge.classify import classify
 from conformance.judge.goldens import Golden
-from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
-from conformance.judge.status import Status, classify
+from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell
+from conformance.judge.status import Status
 from runners import get_runner
 from runners.base import Raised, RefusalKind, RenderRequest, Rendered
 
@@ -87,7 +89,7 @@ def test_the_unknown_kind_rule_leaves_other_cells_as_they_were():
 def test_a_faithful_protocol1_harness_gets_100_percent_and_no_cause(bare, reference):
     cells = Selection.load(REFUSING, []).cells()
     with protocol1(*(["--bare"] if bare else [])) as runner:
-        results = run(runner, cells, GoldenJudge())
+        results = check_cells(runner, cells, GoldenJudge())
         assert runner.protocol == 1
         explanation = explain(results, runner, reference, requests_by_cell(cells))
     refused = [r for r in results.results if r.golden_kind == "raised"]
@@ -136,7 +138,7 @@ def test_errored_cells_are_counted_and_shown_unexplained_with_their_message(refe
                                ["chat-single-user", "documents-rag", "documents-rag-system-unicode", "tools-one"])
     cells = selection.cells()
     with protocol1("--errored-on-documents", "--bug", "tojson-sorts-keys") as runner:
-        results = run(runner, cells, GoldenJudge())
+        results = check_cells(runner, cells, GoldenJudge())
         explanation = explain(results, runner, reference, requests_by_cell(cells))
     errored = {r.key for r in results.results if r.status == Status.ERRORED}
     assert errored == {("meta-llama-llama-3.1-8b-instruct", "documents-rag"),

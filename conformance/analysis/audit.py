@@ -186,13 +186,19 @@ def collect_pairs(entries: Iterable) -> list[Pair]:
 
 # --- telling them apart ---------------------------------------------------------------------------------------
 
-def golden_differences(a: str, b: str, case_ids: Iterable[str], root: Optional[Path] = None) -> list[str]:
-    """Cases whose goldens differ between the two templates (bytes, or rendered vs raised)."""
-    from conformance.judge.goldens import read_golden
+def golden_differences(a: str, b: str, case_ids: Iterable[str], root: Optional[Path] = None,
+                       goldens=None) -> list[str]:
+    """Cases whose goldens differ between the two templates (bytes, or rendered vs raised); goldens: a
+    (template id, case id) -> Golden reader (a check run's GoldenStore), else read from `root`."""
+    if goldens is None:
+        from conformance.judge.goldens import read_golden
+
+        def goldens(template_id, case_id):
+            return read_golden(template_id, case_id, root)
 
     differ = []
     for case_id in case_ids:
-        left, right = read_golden(a, case_id, root), read_golden(b, case_id, root)
+        left, right = goldens(a, case_id), goldens(b, case_id)
         if left is None or right is None:
             continue
         if left.kind != right.kind or (left.kind == "rendered" and left.data != right.data):
@@ -215,10 +221,10 @@ def property_differences(a_record: Optional[dict], b_record: Optional[dict]) -> 
             for name in sorted(set(left) & set(right)) if left[name] != right[name]]
 
 
-def judge_pair(pair: Pair, case_ids: list, root: Optional[Path] = None) -> dict:
+def judge_pair(pair: Pair, case_ids: list, root: Optional[Path] = None, reader=None) -> dict:
     from conformance.analysis.properties import load_properties
 
-    goldens = golden_differences(pair.a, pair.b, case_ids, root)
+    goldens = golden_differences(pair.a, pair.b, case_ids, root, reader)
     properties = property_differences(load_properties(pair.a, root), load_properties(pair.b, root))
     told = bool(goldens or properties)
     row = {"a": pair.a, "b": pair.b, "how": pair.how, "found": pair.found, "told_apart": told,
@@ -231,14 +237,15 @@ def judge_pair(pair: Pair, case_ids: list, root: Optional[Path] = None) -> dict:
 
 
 def run_audit(entries: Iterable, case_ids: list, root: Optional[Path] = None,
-              only: Optional[set] = None) -> dict:
+              only: Optional[set] = None, goldens=None) -> dict:
     """The report's `audit` section: every pair, how it was found, whether and how the suite tells it apart.
     `only`: template ids of a selection; pairs are found over the whole corpus, and those with a template
-    outside the selection are left out."""
+    outside the selection are left out. goldens: the check run's reader of goldens, when the audit is part of
+    one."""
     pairs = collect_pairs(entries)
     if only is not None:
         pairs = [pair for pair in pairs if pair.a in only and pair.b in only]
-    rows = [judge_pair(pair, case_ids, root) for pair in pairs]
+    rows = [judge_pair(pair, case_ids, root, goldens) for pair in pairs]
     told = sum(row["told_apart"] for row in rows)
     by_how = {how: {"pairs": sum(r["how"] == how for r in rows),
                     "told_apart": sum(r["how"] == how and r["told_apart"] for r in rows)} for how in HOW}

@@ -39,9 +39,9 @@ import re
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+from conformance.files import atomic_write
 from conformance.judge.goldens import (
     CAPABILITIES_FILE,
-    atomic_write,
     encode_record,
     goldens_dir,
     load_record,

@@ -19,7 +19,7 @@ import re
 from collections import defaultdict
 from typing import Callable, Optional, Sequence
 
-from conformance.judge.goldens import ENCODING_ERRORS
+from conformance.files import ENCODING_ERRORS
 from conformance.judge.status import NON_MATCHING, Status, figure
 
 FORMAT = 1
@@ -54,8 +54,8 @@ def signature(result) -> str:
     """A cause key computable from one judged cell (CellResult) alone."""
     status = Status(result.status)
     if status == Status.DIVERGED:
-        golden_after = (result.extra.get("golden_window") or {}).get("after", "")
-        output_after = (result.extra.get("output_window") or {}).get("after")
+        golden_after = (result.golden_window or {}).get("after", "")
+        output_after = (result.output_window or {}).get("after")
         if output_after is None and result.output is not None and result.divergence is not None:
             data = result.output.encode("utf-8", ENCODING_ERRORS)
             output_after = data[result.divergence.offset:].decode("utf-8", "backslashreplace")

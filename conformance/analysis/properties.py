@@ -52,9 +52,9 @@ from conformance.analysis.capabilities import (
 from conformance.analysis.capabilities import (
     common_prefix_length as first_difference,
 )
+from conformance.files import atomic_write
 from conformance.judge.goldens import (
     PROPERTIES_FILE,
-    atomic_write,
     encode_record,
     goldens_dir,
     load_record,

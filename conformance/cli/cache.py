@@ -1,4 +1,4 @@
-"""`chatgold cache stats|prune|clear|key`: the result store (conformance/judge/store.py)."""
+"""`chatgold cache stats|prune|clear|key`: the result store (conformance/render/store.py)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from conformance.cli.common import EXIT_OK
 
 
 def _store(args):
-    from conformance.judge.store import ResultStore
+    from conformance.render.store import ResultStore
 
     return ResultStore(verbose=False)
 
@@ -34,7 +34,7 @@ def cmd_stats(args) -> int:
 
 
 def cmd_prune(args) -> int:
-    from conformance.judge.store import megabytes_to_bytes
+    from conformance.render.store import megabytes_to_bytes
 
     store = _store(args)
     limit = megabytes_to_bytes(args.max_mb, "--max-mb") if args.max_mb is not None else None
@@ -72,7 +72,7 @@ def runner_identities(specs) -> dict:
 def cmd_key(args) -> int:
     """A short key for the outcomes these runners give: it changes when any runner's identity does (a CI
     cache keyed by it is saved again exactly when there are new outcomes worth keeping)."""
-    from conformance.judge.store import identity_digest
+    from conformance.render.store import identity_digest
     from runners import REFERENCE_RUNNER, runner_names
 
     specs = args.runner or [REFERENCE_RUNNER] + [name for name in runner_names() if name != REFERENCE_RUNNER]

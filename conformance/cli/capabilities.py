@@ -12,7 +12,7 @@ from conformance.cli.common import UserError
 def cmd_capabilities_update(args) -> int:
     from conformance.analysis.capabilities import update_capability_goldens
     from conformance.corpus.manifest import load_corpus
-    from conformance.judge.store import CachedRunner, ResultStore
+    from conformance.render.store import CachedRunner, ResultStore
     from runners import REFERENCE_RUNNER, get_runner
 
     templates = load_corpus().select(args.template)
@@ -41,7 +41,7 @@ def cmd_capabilities_show(args) -> int:
 def cmd_capabilities_compare(args) -> int:
     from conformance.analysis.agreement import agreement_section
     from conformance.corpus.manifest import load_corpus
-    from conformance.judge.store import CachedRunner, ResultStore
+    from conformance.render.store import CachedRunner, ResultStore
     from runners import get_runner
 
     templates = load_corpus().select(args.template)
@@ -55,7 +55,7 @@ def cmd_capabilities_compare(args) -> int:
         runner.close()
     text = json.dumps(summary, ensure_ascii=False, sort_keys=True, indent=1) + "\n"
     if args.out:
-        from conformance.judge.goldens import atomic_write
+        from conformance.files import atomic_write
 
         atomic_write(Path(args.out), text.encode("utf-8"))
     else:

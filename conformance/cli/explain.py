@@ -6,48 +6,17 @@ import json
 import sys
 from pathlib import Path
 
-from conformance.cli.check import (
+from conformance.cli.common import EXIT_OK, UserError, progress_printer
+from conformance.cli.options import (
     add_expectations_dir,
     add_reduction_limits,
     add_selection,
     open_runner,
     selection_from_args,
 )
-from conformance.cli.common import EXIT_OK, UserError, progress_printer
+from conformance.files import ENCODING_ERRORS
 
 EXPLAIN_TIMEOUT = 10.0
-
-
-def open_explain_runners(spec: str, args):
-    """The engine (as `chatgold check` opens it) and the reference, both out of process."""
-    from runners import REFERENCE_RUNNER, get_runner
-
-    engine = open_runner(spec, args)
-    try:
-        reference = get_runner(REFERENCE_RUNNER, workers=args.workers, timeout=args.timeout)
-    except BaseException:
-        engine.close()
-        raise
-    return engine, reference
-
-
-def explain_run(run, engine, reference, selection, cells, spec: str, cache=True, budget=None, progress=None,
-                only=None, max_groups=None):
-    """Explain one runner's judged results (judge.pipeline.RunnerResults) and record each cell's cause."""
-    from conformance.explain import explain
-    from conformance.explain.cache import ExplainCache
-    from conformance.explain.reduce import DEFAULT_BUDGET
-    from conformance.judge.pipeline import requests_by_cell
-    from runners import is_builtin
-
-    families = {t.id: t.family for t in selection.templates}
-    explanation = explain(run, engine, reference, requests_by_cell(cells), cache=ExplainCache() if cache else None,
-                          families=families, budget=budget or DEFAULT_BUDGET, engine_builtin=is_builtin(spec),
-                          progress=progress, only=only, max_groups=max_groups,
-                          log=lambda line: print(line, file=sys.stderr, flush=True))
-    explanation.annotate(run.results)
-    run.explanation = explanation
-    return explanation
 
 
 def describe_causes(explanation, limit: int = 20) -> str:
@@ -74,13 +43,13 @@ def describe_causes(explanation, limit: int = 20) -> str:
 
 
 def write_explanation(explanation, selection, path) -> Path:
-    from conformance.judge.goldens import atomic_write
+    from conformance.files import atomic_write
 
     data = explanation.to_dict()
     data["selection"] = selection.describe()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(data, ensure_ascii=False, indent=1).encode("utf-8", "surrogatepass"))
+    atomic_write(path, json.dumps(data, ensure_ascii=False, indent=1).encode("utf-8", ENCODING_ERRORS))
     path.chmod(0o644)
     return path
 
@@ -148,26 +117,23 @@ def cmd_explain(args) -> int:
         return cmd_emit(args)
     if not args.runner:
         raise UserError("explain: --runner is required (or --emit FORMAT --from FILE)")
-    from conformance.judge.goldens import GoldenStore
-    from conformance.judge.pipeline import GoldenJudge, run
-    from conformance.report import build_report, write_outputs
+    from conformance.checkrun import CheckRun, ExplainOptions, Outputs
 
     selection = selection_from_args(args)
-    cells = selection.cells()
-    engine, reference = open_explain_runners(args.runner, args)
-    try:
-        results = run(engine, cells, GoldenJudge(GoldenStore()), args.expectations, progress_printer(args.runner))
-        explanation = explain_run(results, engine, reference, selection, cells, args.runner, cache=not args.no_cache,
-                                  budget=args.budget, progress=progress_printer("explain"), max_groups=args.max_groups)
-    finally:
-        engine.close()
-        reference.close()
+    options = ExplainOptions(scope="all", cache=not args.no_cache, budget=args.budget, max_groups=args.max_groups,
+                             progress=lambda spec: progress_printer("explain"),
+                             log=lambda line: print(line, file=sys.stderr, flush=True))
+    check = CheckRun(selection.cells(), expectations_dir=args.expectations, explain=options, families={t.id: t.family for t in selection.templates},
+                     workers=args.workers, timeout=args.timeout)
+    with check:
+        [results] = check.check_all([args.runner], lambda spec: open_runner(spec, args), progress_printer)
+    explanation = results.explanation
     print(describe_causes(explanation, args.top))
     if args.json:
         print(f"wrote {write_explanation(explanation, selection, args.json)}", file=sys.stderr)
     if args.markdown or args.html:
-        report = build_report([results], selection.describe(), selection.metadata())
-        for path in write_outputs(report, markdown_path=args.markdown, html_path=args.html):
+        _, paths = check.report([results], selection, Outputs(markdown=args.markdown, html=args.html))
+        for path in paths:
             print(f"wrote {path}", file=sys.stderr)
     return EXIT_OK
 

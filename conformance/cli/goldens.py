@@ -17,7 +17,7 @@ def cmd_goldens_update(args) -> int:
     all_cases = load_cases()
     cases = select_cases(all_cases, args.case)
     full = not args.template and not args.case
-    from conformance.judge.store import CachedRunner, ResultStore
+    from conformance.render.store import CachedRunner, ResultStore
 
     # Goldens are always rendered afresh; the outcomes go into the result store on the way, so the gate that
     # follows reads them instead of rendering them again.

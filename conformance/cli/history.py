@@ -4,14 +4,14 @@ from __future__ import annotations
 import sys
 import time
 
-from conformance.cli.check import (
+from conformance.cli.common import EXIT_OK, UserError, progress_printer
+from conformance.cli.options import (
     add_expectations_dir,
     add_outputs,
     add_reduction_limits,
     add_selection,
     selection_from_args,
 )
-from conformance.cli.common import EXIT_OK, UserError, progress_printer
 
 
 def parse_versions(runner: str, text: str) -> list:
@@ -38,106 +38,72 @@ def parse_versions(runner: str, text: str) -> list:
     return versions
 
 
-class ChangeExplainer:
-    """Reduces the cells each change involves to root causes (chatgold explain, cached), version by version,
-    recording each explained cell's cause id on its result. A version's cells can be explained once the next
-    version is rendered (a change involves both neighbours), so its runner is handed over still open and closed
-    here: no version is started twice."""
-
-    def __init__(self, args, selection, cells):
-        self.args, self.selection, self.cells = args, selection, cells
-        self.causes: dict = {}   # cause id -> what the history shows of it
-        self.reference = None
-
-    def explain(self, runs: list, versions: list, index: int, engine) -> None:
-        from conformance.analysis.history import involved_cells
-        from conformance.cli.explain import explain_run
-        from runners import REFERENCE_RUNNER, get_runner
-
-        args, version = self.args, versions[index]
-        spec = f"{args.runner}@{version}"
-        try:
-            only = involved_cells(runs, index)
-            if not only:
-                return
-            if self.reference is None:
-                self.reference = get_runner(REFERENCE_RUNNER, workers=args.workers, timeout=args.timeout)
-            explanation = explain_run(runs[index], engine, self.reference, self.selection, self.cells, spec,
-                                      cache=not args.no_cache, budget=args.budget, only=only,
-                                      max_groups=args.max_groups, progress=progress_printer(f"{spec} causes"))
-        finally:
-            engine.close()
-        for cause in explanation.causes:
+def changed_causes(runs: list, versions: list) -> dict:
+    """cause id -> what the history shows of it (title, constructs, reproducer, the versions it explains)."""
+    causes: dict = {}
+    for version, run in zip(versions, runs):
+        if run.explanation is None:
+            continue
+        for cause in run.explanation.causes:
             repro = cause.repro()
-            self.causes.setdefault(cause.id, {"title": cause.title, "constructs": list(cause.constructs),
-                                              "template": repro["template"], "versions": []})
-            self.causes[cause.id]["versions"].append(version)
-
-    def close(self) -> None:
-        if self.reference is not None:
-            self.reference.close()
+            causes.setdefault(cause.id, {"title": cause.title, "constructs": list(cause.constructs),
+                                         "template": repro["template"], "versions": []})
+            causes[cause.id]["versions"].append(version)
+    return causes
 
 
 def root_cause_of(result) -> str:
     """A cell's root cause id (recorded by explain_changes), or its signature when it was not explained."""
     from conformance.analysis.history import signature
 
-    cause = result.extra.get("cause")
+    cause = result.cause
     return cause if cause else f"unexplained: {signature(result)}"
 
 
 def cmd_history(args) -> int:
-    from conformance.analysis.history import build_history, history_lines, signature
-    from conformance.judge.goldens import GoldenStore
-    from conformance.judge.pipeline import GoldenJudge, run
-    from conformance.report import build_report, write_outputs
+    from conformance.analysis.history import build_history, history_lines, involved_cells, signature
+    from conformance.checkrun import CheckRun, ExplainOptions, Outputs
     from runners import get_runner
 
     versions = parse_versions(args.runner, args.versions)
     selection = selection_from_args(args)
-    cells = selection.cells()
-    judge = GoldenJudge(GoldenStore())
-    runs, installs = [], []
-    explainer = ChangeExplainer(args, selection, cells) if args.causes == "root" else None
-    waiting = None   # the previous version's runner, open until its cells are explained
-    try:
-        for index, version in enumerate(versions):
-            spec = f"{args.runner}@{version}"
-            started = time.perf_counter()
-            runner = get_runner(spec, workers=args.workers, timeout=args.timeout)  # installs on first use
-            try:
-                if hasattr(runner, "start"):
-                    runner.start()
-                opened = time.perf_counter() - started
-                runs.append(run(runner, cells, judge, args.expectations, progress_printer(spec)))
-            except BaseException:
-                runner.close()
-                raise
-            installs.append({"open_seconds": round(opened, 2)})
-            if explainer is None:
-                runner.close()
-                continue
-            previous, waiting = waiting, runner
-            if previous is not None:
-                explainer.explain(runs, versions, index - 1, previous)   # closes it
-        if waiting is not None:
-            last, waiting = waiting, None
-            explainer.explain(runs, versions, len(versions) - 1, last)   # closes it
-    finally:
-        if waiting is not None:
-            waiting.close()
-        if explainer is not None:
-            explainer.close()
-    if explainer is not None:
+    root = args.causes == "root"
+    options = None
+    if root:  # the cells each change involves, reduced to root causes (cached), version by version
+        options = ExplainOptions(scope="all", cache=not args.no_cache, budget=args.budget,
+                                 max_groups=args.max_groups, progress=lambda spec: progress_printer(f"{spec} causes"))
+    check = CheckRun(selection.cells(), expectations_dir=args.expectations, explain=options,
+                     families={t.id: t.family for t in selection.templates}, workers=args.workers,
+                     timeout=args.timeout)
+    installs = []
+
+    def open_version(spec):
+        started = time.perf_counter()
+        runner = get_runner(spec, workers=args.workers, timeout=args.timeout)  # installs on first use
+        try:
+            if hasattr(runner, "start"):
+                runner.start()
+        except BaseException:
+            runner.close()
+            raise
+        installs.append({"open_seconds": round(time.perf_counter() - started, 2)})
+        return runner
+
+    specs = [f"{args.runner}@{version}" for version in versions]
+    with check:
+        runs = check.check_all(specs, open_version, progress_printer,
+                               explain_changes=involved_cells if root else None)
+    if root:
         history = build_history(args.runner, versions, runs, cause_of=root_cause_of, cause_kind="root",
-                                installs=installs, causes=explainer.causes)
+                                installs=installs, causes=changed_causes(runs, versions))
     else:
         history = build_history(args.runner, versions, runs, cause_of=signature, installs=installs)
     for line in history_lines(history):
         print(line)
-    if args.json or args.html or args.markdown or args.junit or args.badges:
-        report = build_report(runs, selection.describe(), selection.metadata(), extra_sections={"history": history})
-        for path in write_outputs(report, args.json, args.junit, args.markdown, args.badges, args.html):
+    outputs = Outputs.from_args(args)
+    if outputs.any():
+        _, paths = check.report(runs, selection, outputs, extra_sections={"history": history})
+        for path in paths:
             print(f"wrote {path}", file=sys.stderr)
     if args.history_json:
         import json

@@ -12,6 +12,7 @@ from conformance.cli.common import (
     EXIT_SKIPPED,
     UserError,
 )
+from conformance.files import ENCODING_ERRORS
 from runners.base import MAX_TEMPLATE_BYTES
 
 
@@ -79,7 +80,7 @@ def cmd_render(args) -> int:
         finally:
             runner.close()
     if outcome.kind == "rendered":
-        sys.stdout.buffer.write(outcome.text.encode("utf-8", "surrogatepass"))
+        sys.stdout.buffer.write(outcome.text.encode("utf-8", ENCODING_ERRORS))
         sys.stdout.flush()
         return EXIT_OK
     if outcome.kind == "raised":

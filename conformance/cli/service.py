@@ -33,7 +33,8 @@ def cmd_serve(args) -> int:
 def cmd_remote_check(args) -> int:
     """Render locally through a runner, templates and cases from a service, which judges every cell."""
     from conformance.corpus.cases import case_from_data
-    from conformance.judge.pipeline import Cell, run
+    from conformance.checkrun import CheckRun
+    from conformance.judge.pipeline import Cell
     from conformance.judge.status import describe_figure
     from conformance.service.client import ServiceClient, ServiceError, ServiceJudge
     from runners import get_runner
@@ -50,13 +51,11 @@ def cmd_remote_check(args) -> int:
             template = SimpleNamespace(id=summary["id"])  # the pipeline reads only the id of a cell's template
             cells.extend(Cell(template, case, case.request(source, summary["bos_token"], summary["eos_token"],
                                                            template_id=summary["id"])) for case in cases)
-        from conformance.judge.store import ResultStore
+        from conformance.render.store import ResultStore
 
-        runner = get_runner(args.runner)
-        try:
-            results = run(runner, cells, ServiceJudge(client), store=ResultStore())
-        finally:
-            runner.close()
+        # The service judges; tokens and attribution need local goldens, so they do not run.
+        check = CheckRun(cells, judge=ServiceJudge(client), store=ResultStore(), tokens=False)
+        [results] = check.check_all([args.runner], get_runner)
     except ServiceError as exc:
         raise UserError(str(exc)) from None
     for result in results.results:
@@ -87,7 +86,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_identify(args) -> int:
-    from conformance.corpus.identify import (
+    from conformance.analysis.identify import (
         describe,
         identify_gguf,
         load_report,
@@ -96,7 +95,7 @@ def cmd_identify(args) -> int:
         template_views,
     )
     from conformance.corpus.manifest import load_corpus
-    from conformance.corpus.ollama_choice import probe as probe_ollama
+    from conformance.analysis.ollama_choice import probe as probe_ollama
     from runners.gguf_header import read_header
 
     report, note = load_report(Path(args.report) if args.report else None)

@@ -41,7 +41,7 @@ from conformance.corpus.evidence import (
 )
 from conformance.corpus.sources import Candidate, all_sources, source_root
 from conformance.corpus.sources._tokenizer import TokenFile, normalise_template
-from conformance.judge.goldens import atomic_write
+from conformance.files import atomic_write
 from runners.base import MAX_TEMPLATE_BYTES
 from runners.gguf_header import GGUFHeaderError, read_header
 

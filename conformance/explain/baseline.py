@@ -17,7 +17,7 @@ from conformance.explain.causes import Cause, Explanation, _symptom_from_dict, e
 from conformance.explain.driver import render_pairs
 from conformance.explain.reduce import Found
 from conformance.explain.signature import compare
-from conformance.judge.pipeline import apply_expectations
+from conformance.judge.expectations import verdict
 from conformance.judge.status import NO_ANSWER, NON_MATCHING, Verdict, gain_if_fixed
 from runners.base import Conversation, RenderRequest
 
@@ -53,10 +53,12 @@ def check_known_causes(known: list, engine, reference) -> dict:
 
 def explain_with_baseline(run, engine, reference, requests: dict, cache=None, families=None, budget=None,
                           engine_builtin: bool = False, progress=None, everything: bool = False,
-                          max_groups=None, explain_bare: bool = False) -> Explanation:
+                          max_groups=None, explain_bare: bool = False, goldens=None,
+                          only: Optional[set] = None) -> Explanation:
     """Explain a run's non-matching cells against its baseline (run.expectations) and give every cell its
-    cause and its final verdict. `everything`: explain every non-matching cell afresh (no fast path);
-    `explain_bare`: explain the cells the baseline knows without a cause too (recording a baseline)."""
+    cause (the verdict stage then holds it against the baseline). `everything`: explain every non-matching
+    cell afresh (no fast path); `explain_bare`: explain the cells the baseline knows without a cause too
+    (recording a baseline); `only`: the cells to look at (default: all)."""
     started = time.perf_counter()
     baseline = run.expectations
     fast: dict = {}     # (template, case) -> known cause id
@@ -64,7 +66,9 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
     need: set = set()
     touched: set = set()
     for result in run.results:
-        expectation = result.expectation
+        if only is not None and result.key not in only:
+            continue
+        expectation = baseline.get(result.template_id, result.case_id)
         if expectation is not None and expectation.cause:
             touched.add(expectation.cause)
         if result.status in NO_ANSWER:
@@ -72,7 +76,9 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
             continue
         if result.status not in NON_MATCHING:
             continue
-        if everything or result.verdict != Verdict.EXPECTED_FAIL or expectation is None:
+        # Known as it is (same status and output), without looking at causes: the verdict stage decides.
+        known_as_is = verdict(result, expectation) == Verdict.EXPECTED_FAIL
+        if everything or not known_as_is or expectation is None:
             need.add(result.key)
         elif explain_bare and expectation.cause not in baseline.causes:
             need.add(result.key)
@@ -82,7 +88,7 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
             known_bare.append({"template": result.template_id, "case": result.case_id, "status": str(result.status),
                                "reason": "the baseline knows this cell as it is, without a root cause"})
     options = {"cache": cache, "families": families, "engine_builtin": engine_builtin, "progress": progress,
-               "max_groups": max_groups}
+               "max_groups": max_groups, "goldens": goldens}
     if budget:
         options["budget"] = budget
     fresh = explain(run, engine, reference, requests, only=need, **options)
@@ -129,17 +135,14 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
     explanation = Explanation(fresh.runner, fresh.reference, ranked, sorted(unexplained, key=lambda u: (
         u["template"], u["case"])), dict(fresh.stats, fast_path=len(fast), explained=len(need),
                                          known_checked=len(checked), stale=len(stale),
-                                         seconds=round(time.perf_counter() - started, 3)))
-    explanation.stale = stale
-    explanation.annotate(run.results)
+                                         seconds=round(time.perf_counter() - started, 3)), stale)
+    explanation.annotate(run.results)  # the verdict stage reads each cell's cause
     titles = {cause.id: cause for cause in ranked}
     for result in run.results:
-        cause = titles.get(result.extra.get("cause"))
+        cause = titles.get(result.cause)
         if cause is not None:
-            result.extra["cause_title"] = cause.title
-            result.extra["cause_repro"] = _one_line(cause)
-    apply_expectations(run.results, baseline)
-    run.explanation = explanation
+            result.cause_title = cause.title
+            result.cause_repro = _one_line(cause)
     return explanation
 
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import threading
 from pathlib import Path
 from typing import Optional
+
+from conformance.files import ENCODING_ERRORS, atomic_write
 
 # Bump when reductions change in a way that makes old entries wrong or worse. 4: the conversation is keyed in
 # its own key order (two cases that differ only in key order are different inputs: `tojson`, `items()`), and
@@ -45,7 +46,7 @@ def runner_identity(info: dict, builtin: bool = False, code: Optional[dict] = No
         return None
     build = info.get("build")
     if code:
-        from conformance.judge.store import identity_digest
+        from conformance.render.store import identity_digest
 
         build = {"build": build, "code": identity_digest(code)} if build else identity_digest(code)
     return json.dumps({"name": name, "version": version, "build": build}, sort_keys=True)
@@ -75,7 +76,7 @@ class ExplainCache:
                  repr(request.eos_token),
                  json.dumps(request.conversation.to_dict(), ensure_ascii=False), symptom_key)
         for part in parts:
-            data = part.encode("utf-8", "surrogatepass")
+            data = part.encode("utf-8", ENCODING_ERRORS)
             digest.update(len(data).to_bytes(8, "little"))
             digest.update(data)
         return digest.hexdigest()
@@ -86,7 +87,7 @@ class ExplainCache:
     def get(self, key: str) -> Optional[dict]:
         path = self._path(key)
         try:
-            data = json.loads(path.read_text(encoding="utf-8", errors="surrogatepass"))
+            data = json.loads(path.read_text(encoding="utf-8", errors=ENCODING_ERRORS))
             os.utime(path)  # recently used: kept longest
         except (OSError, ValueError):
             self.misses += 1
@@ -97,11 +98,7 @@ class ExplainCache:
     def put(self, key: str, value: dict) -> None:
         path = self._path(key)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(json.dumps(value, ensure_ascii=False).encode("utf-8", "surrogatepass"))
-            os.replace(tmp, path)
+            atomic_write(path, json.dumps(value, ensure_ascii=False).encode("utf-8", ENCODING_ERRORS))
         except OSError:
             return  # a cache that cannot be written costs time later, never a wrong answer
         with self._lock:

@@ -47,6 +47,7 @@ from runners.base import (
     Rendered,
     RenderRequest,
     outcome_from_dict,
+    outcome_to_dict,
 )
 
 EXPLAIN_FORMAT = 1
@@ -55,6 +56,8 @@ HINTS = 4
 
 def engine_outcome(result):
     """The engine's outcome of a judged cell, as it was (output or refusal)."""
+    if result.outcome is not None:
+        return result.outcome
     if result.status in (Status.DIVERGED, Status.ENGINE_RENDERED):
         return Rendered(result.output or "")
     kind = result.refusal or "unknown"
@@ -114,6 +117,7 @@ class Explanation:
     causes: list
     unexplained: list        # [{"template", "case", "status", "reason"}]
     stats: dict
+    stale: list = field(default_factory=list)  # known causes whose reproducer no longer differs: [{"id", "title", "reason"}]
 
     def cause_of(self) -> dict:
         """(template, case) -> cause id."""
@@ -124,7 +128,7 @@ class Explanation:
         mapping = self.cause_of()
         for result in results:
             if result.key in mapping:
-                result.extra["cause"] = mapping[result.key]
+                result.cause = mapping[result.key]
 
     def to_dict(self) -> dict:
         return {"format": EXPLAIN_FORMAT, "runner": self.runner, "reference": self.reference,
@@ -138,19 +142,9 @@ def _found_to_dict(found: Found) -> dict:
     request = found.request
     return {"template": request.template, "conversation": request.conversation.to_dict(),
             "bos_token": request.bos_token, "eos_token": request.eos_token,
-            "reference": {"kind": found.reference.kind, **_fields(found.reference)},
-            "engine": {"kind": found.engine.kind, **_fields(found.engine)},
+            "reference": outcome_to_dict(found.reference), "engine": outcome_to_dict(found.engine),
             "symptom": found.symptom.to_dict(), "renders": found.renders, "complete": found.complete,
             "ignores_template": found.ignores_template}
-
-
-def _fields(outcome) -> dict:
-    if isinstance(outcome, Rendered):
-        return {"text": outcome.text}
-    data = {"message": getattr(outcome, "message", "")}
-    if isinstance(outcome, Raised):
-        data["refusal"] = str(outcome.refusal)
-    return data
 
 
 def _symptom_from_dict(data: dict) -> Symptom:

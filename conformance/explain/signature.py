@@ -20,10 +20,10 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
+from conformance.judge.classify import classify
 from conformance.judge.goldens import Golden, golden_bytes
-from conformance.judge.status import NON_MATCHING, Status, classify
-from runners.base import Errored, Outcome, Raised, Rendered, Skipped
-from runners.hf import reference_refusal
+from conformance.judge.status import NON_MATCHING, Status
+from runners.base import Errored, Outcome, Raised, Rendered, Skipped, outcome_to_dict
 
 # Above this many characters of differing middle on either side, diff line by line first, then characters
 # inside each changed block (difflib is quadratic).
@@ -203,8 +203,7 @@ def symptom_of(golden: Optional[Golden], engine: Outcome) -> Optional[Symptom]:
     if status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
         return Symptom(status, refusal=_refusal_text(engine.refusal, engine.message))
     if status == Status.ENGINE_RENDERED:
-        kind, message = reference_refusal(golden.text)
-        return Symptom(status, refusal=_refusal_text(kind, message))
+        return Symptom(status, refusal=_refusal_text(golden.refusal.kind, golden.refusal.message))
     return Symptom(status)
 
 
@@ -223,8 +222,4 @@ def compare(reference: Outcome, engine: Outcome) -> Optional[Symptom]:
 
 def outcome_record(outcome: Outcome) -> dict:
     """An outcome as the explanation keeps it (schema: conformance/schemas/explain.schema.json)."""
-    if isinstance(outcome, Rendered):
-        return {"kind": "rendered", "text": outcome.text}
-    if isinstance(outcome, Raised):
-        return {"kind": "raised", "message": outcome.message, "refusal": str(outcome.refusal)}
-    return {"kind": outcome.kind, "message": getattr(outcome, "message", "")}
+    return outcome_to_dict(outcome)

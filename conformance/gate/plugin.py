@@ -108,10 +108,10 @@ class GateSession:
 
     def __init__(self, config):
         from conformance.judge.goldens import GoldenStore
-        from conformance.judge.store import ResultStore
+        from conformance.render.store import ResultStore
 
         self.config = config
-        # Outcomes already rendered under the same runner identity, template and case (judge/store.py).
+        # Outcomes already rendered under the same runner identity, template and case (render/store.py).
         self.store = ResultStore()
         self.no_cache = config.getoption("--chatgold-no-cache")
         # Regenerating goldens (--snapshot-update) always renders through the reference.
@@ -125,7 +125,7 @@ class GateSession:
         self._slots = threading.BoundedSemaphore(max(1, config.getoption("--chatgold-parallel")))
         self._lock = threading.Lock()
         self._cells: Optional[list] = None
-        self._requests: Optional[dict] = None
+        self._check = None
         self._jobs: dict = {}
         self._runners: dict = {}  # (spec, role) -> runner
         self._agreement_spec: Optional[str] = None
@@ -138,13 +138,27 @@ class GateSession:
                 self._cells = self.selection.cells()
             return self._cells
 
-    def requests(self) -> dict:
-        """(template id, case id) -> RenderRequest for the selection."""
+    @property
+    def check(self):
+        """The session's CheckRun (conformance/checkrun.py): the gate configures it, each job runs it."""
         cells = self.cells
         with self._lock:
-            if self._requests is None:
-                self._requests = {(c.template.id, c.case.id): c.request for c in cells}
-            return self._requests
+            if self._check is None:
+                from conformance.checkrun import CheckRun, ExplainOptions
+
+                opt = self.config.getoption
+                explain = None if opt("--chatgold-no-explain") else ExplainOptions()
+                self._check = CheckRun(
+                    cells, goldens=self.goldens, store=self.store, refresh=self.no_cache,
+                    tokens=bool(opt("--chatgold-report")),  # token parity is shown by the report, not gated
+                    explain=explain, attribute=True, families={t.id: t.family for t in self.templates},
+                    reference=lambda: self.runner(REFERENCE_RUNNER, role="explain"),
+                    render_slot=self._slots, explain_lock=self._explain_lock)
+            return self._check
+
+    def requests(self) -> dict:
+        """(template id, case id) -> RenderRequest for the selection."""
+        return self.check.requests
 
     def runner(self, spec: str, role: Optional[str] = None, workers: Optional[int] = None):
         """The session's runner for a spec. A side job names its own `role`: a second instance, so the job
@@ -203,47 +217,17 @@ class GateSession:
 
     def cached(self, spec: str, runner):
         """The runner behind the result store (capability probes and agreement take a runner)."""
-        from conformance.judge.store import CachedRunner
+        from conformance.render.store import CachedRunner
 
         return CachedRunner(runner, self.store, self.refresh(spec))
 
     def _run_matrix(self, spec: str, runner, cells: list):
-        from conformance.judge.pipeline import (
-            GoldenJudge,
-            add_token_parity,
-            judge_outcomes,
-            render,
-            runner_info,
-        )
-
-        with self._slots:
-            outcomes = render(runner, cells, store=self.store, refresh=self.refresh(spec))
-        by_cell = {c.key: o for c, o in zip(cells, outcomes)}
         if spec == REFERENCE_RUNNER:
-            return by_cell, None
-        # Judged on this thread as soon as the engine is done; attribution waits for the report.
-        judge = GoldenJudge(self.goldens)
-        results = judge_outcomes(runner_info(runner), cells, outcomes, judge,
-                                 suite_baseline=getattr(runner, "suite_baseline", True))
-        if self.config.getoption("--chatgold-report"):  # token parity is shown by the report, not gated
-            with self._slots:
-                add_token_parity(runner, cells, results, judge)
-        if not self.config.getoption("--chatgold-no-explain"):
-            self.explain(spec, runner, results)
-        return by_cell, results
-
-    def explain(self, spec: str, runner, results) -> None:
-        """Root causes of the cells the engine's baseline does not know (verdicts then use cause ids), and a
-        check that the baseline's known causes still reproduce. One engine at a time, one reference runner."""
-        from conformance.explain.baseline import explain_with_baseline
-        from conformance.explain.cache import ExplainCache
-        from runners import is_builtin
-
-        with self._explain_lock:
-            reference = self.runner(REFERENCE_RUNNER, role="explain")
-            explain_with_baseline(results, runner, reference, self.requests(), cache=ExplainCache(),
-                                  families={t.id: t.family for t in self.templates},
-                                  engine_builtin=is_builtin(spec))
+            outcomes = self.check.outcomes(runner, refresh=self.refresh(spec))
+            return {c.key: o for c, o in zip(cells, outcomes)}, None
+        # Judged (and explained) on this thread as soon as the engine is done; attribution waits for the report.
+        results = self.check.check(runner, spec)
+        return {r.key: r.outcome for r in results.results}, results
 
     def _run_capabilities(self, runner):
         from conformance.analysis.capabilities import compute_capabilities
@@ -294,16 +278,13 @@ class GateSession:
 
     def attribute(self, results) -> None:
         """Where each diverged result's first differing golden byte came from (for failure messages)."""
-        if results:
-            from conformance.judge.attribution import attribute_diverged
-
-            attribute_diverged(results, self.requests(), self.goldens, None if self.no_cache else self.store)
+        self.check.attribute_results(results)
 
     def write_report(self, directory) -> list:
         """Every report output for the engines the session checked (called from pytest_sessionfinish)."""
         from pathlib import Path
 
-        from conformance.report import build_report, write_outputs
+        from conformance.checkrun import Outputs
 
         runs = []
         for spec in self.checked_specs():
@@ -313,24 +294,14 @@ class GateSession:
                 print(f"chatgold: {spec} left out of the report: {type(exc).__name__}: {exc}")
         if not runs:
             return []
-        self.attribute([r for run in runs for r in run.results])
-        report = build_report(runs, self.selection.describe(), self.selection.metadata(), self.agreement(),
-                              extra_sections=self.analysis_sections())
-        directory = Path(directory)
-        return write_outputs(report, directory / "report.json", directory / "junit.xml", directory / "summary.md",
-                             directory / "badges", directory / "report.html")
-
-    def analysis_sections(self) -> dict:
-        """The report's `properties` (derived this session when its job ran, else the stored records) and
-        `audit` sections."""
-        from conformance.analysis.audit import run_audit
-        from conformance.analysis.properties import properties_section
-
+        # The properties derived this session when their job ran, else the stored records.
         with self._lock:
             ran = PROPERTIES_JOB in self._jobs
-        records = self.properties()[0] if ran else None
-        return {"properties": properties_section([t.id for t in self.templates], records),
-                "audit": run_audit(self.corpus.entries, [c.id for c in self.all_cases])}
+        directory = Path(directory)
+        outputs = Outputs(directory / "report.json", directory / "junit.xml", directory / "summary.md",
+                          directory / "badges", directory / "report.html")
+        return self.check.report(runs, self.selection, outputs, self.agreement(), analysis=True,
+                                 properties=self.properties()[0] if ran else None)[1]
 
     def close(self) -> None:
         with self._lock:

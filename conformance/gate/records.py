@@ -7,6 +7,8 @@ from typing import Callable, Iterable, Optional
 
 import pytest
 
+from conformance.files import ENCODING_ERRORS
+
 
 def check_derived(template_id: str, derived: dict, failures: dict, stored: Optional[dict], path: Path,
                   encode: Callable[[dict], bytes], update: str) -> None:
@@ -16,8 +18,8 @@ def check_derived(template_id: str, derived: dict, failures: dict, stored: Optio
     record = derived[template_id]
     if stored != record:
         pytest.fail(f"{path} no longer matches the reference:\n"
-                    f"--- stored\n{encode(stored).decode('utf-8', 'surrogatepass')}"
-                    f"--- derived now\n{encode(record).decode('utf-8', 'surrogatepass')}", pytrace=False)
+                    f"--- stored\n{encode(stored).decode('utf-8', ENCODING_ERRORS)}"
+                    f"--- derived now\n{encode(record).decode('utf-8', ENCODING_ERRORS)}", pytrace=False)
 
 
 def check_present(template_ids: Iterable[str], path_of: Callable[[str], Path], encode: Callable[[dict], bytes],

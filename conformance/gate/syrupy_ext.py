@@ -52,7 +52,7 @@ class GoldenExtension(SingleFileSnapshotExtension):
     @classmethod
     def write_snapshot_collection(cls, *, snapshot_collection, name_order=None) -> None:
         # Atomic, so an interrupted update never leaves a partial golden.
-        from conformance.judge.goldens import atomic_write
+        from conformance.files import atomic_write
 
         snapshot = next(iter(snapshot_collection))
         atomic_write(Path(snapshot_collection.location), bytes(snapshot.data))

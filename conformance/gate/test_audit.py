@@ -11,7 +11,8 @@ pytestmark = pytest.mark.chatgold_gate
 
 @pytest.fixture(scope="module")
 def audit(chatgold_session):
-    return run_audit(chatgold_session.corpus.entries, [c.id for c in chatgold_session.all_cases])
+    return run_audit(chatgold_session.corpus.entries, [c.id for c in chatgold_session.all_cases],
+                     goldens=chatgold_session.goldens)
 
 
 def test_every_revealable_pair_is_told_apart(audit):

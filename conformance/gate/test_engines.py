@@ -38,7 +38,7 @@ def test_engine_matches_expectations(chatgold_session, chatgold_runner, chatgold
 def test_known_causes_still_reproduce(chatgold_session, chatgold_runner):
     """A known root cause whose reproducer no longer differs is news, not a failure: the baseline is stale."""
     run = chatgold_session.results(chatgold_runner)
-    stale = getattr(getattr(run, "explanation", None), "stale", [])
+    stale = run.explanation.stale if run.explanation is not None else []
     if stale:
         warnings.warn(f"{chatgold_runner}: {len(stale)} known root cause(s) no longer reproduce "
                       f"(`chatgold expectations update --runner {chatgold_runner} --expectations {_folder(run)}`):\n"

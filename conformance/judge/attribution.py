@@ -52,9 +52,9 @@ def attribute_results(pending: Iterable[tuple], processes: Optional[int] = None,
     One traced render per cell however many runners diverged there, and a template's cells one after another
     so its traced compile is reused (runners checked one after another would otherwise recompile it each).
     A large batch is spread over `processes` worker processes (default: one per CPU, at most one per task). With a result store
-    (judge/store.py), answers it holds for the same evaluator, cell, golden and offset are reused."""
+    (render/store.py), answers it holds for the same evaluator, cell, golden and offset are reused."""
     if store is not None:
-        from conformance.judge.store import cached_attributions
+        from conformance.render.store import cached_attributions
 
         return cached_attributions(list(pending), store, lambda missing: attribute_results(missing, processes))
     by_cell: dict = {}
@@ -75,7 +75,7 @@ def attribute_results(pending: Iterable[tuple], processes: Optional[int] = None,
     for group, per_cell in zip(task_keys, answers):
         for key, found in zip(group, per_cell):
             for (result, _, _), attribution in zip(by_cell[key], found):
-                result.extra["attribution"] = attribution
+                result.attribution = attribution
 
 
 def attribute_diverged(results: Iterable, requests: dict, goldens, store=None) -> None:
@@ -84,7 +84,7 @@ def attribute_diverged(results: Iterable, requests: dict, goldens, store=None) -
     from conformance.judge.status import Status
 
     attribute_results([(r, requests[r.key], goldens(*r.key)) for r in results
-                       if r.status == Status.DIVERGED and "attribution" not in r.extra], store=store)
+                       if r.status == Status.DIVERGED and r.attribution is None], store=store)
 
 
 def attribute_template(task: tuple) -> list:

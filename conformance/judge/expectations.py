@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from conformance import PACKAGE_DIR
-from conformance.judge.status import PASSING, STATUSES, CellResult, Verdict
+from conformance.files import ENCODING_ERRORS
+from conformance.judge.status import NON_MATCHING, PASSING, STATUSES, CellResult, Verdict
 
 EXPECTATIONS_DIR = PACKAGE_DIR / "expectations"
 # Tests and experiments point the gate at another baseline directory without touching the committed one.
@@ -259,18 +260,18 @@ def _parse(data, path: Path, runner_name: str) -> Expectations:
 
 def verdict(result: CellResult, expectation: Optional[Expectation], known_causes=()) -> Verdict:
     """The verdict of a judged cell against its expectation; a cell that is new or changed but whose explained
-    cause (extra["cause"]) is one of `known_causes` is known."""
+    cause (result.cause) is one of `known_causes` is known."""
     if not result.status.judged:
         return Verdict.NOT_RUN  # skipped or without a golden: counted and shown, never a pass or a failure
     if result.passed:
         return Verdict.UNEXPECTED_PASS if expectation else Verdict.EXPECTED_PASS
-    cause = result.extra.get("cause")
+    cause = result.cause
     known = cause is not None and cause in known_causes
     if expectation is None:
         return Verdict.EXPECTED_FAIL if known else Verdict.UNEXPECTED_FAIL
     if expectation.status != result.status:
         return Verdict.EXPECTED_FAIL if known else Verdict.CHANGED
-    current = result.extra.get("fingerprint")
+    current = result.fingerprint
     if expectation.fingerprint and current and expectation.fingerprint != current:
         return Verdict.EXPECTED_FAIL if known else Verdict.CHANGED
     return Verdict.EXPECTED_FAIL
@@ -287,7 +288,7 @@ def describe_cell(result: CellResult) -> str:
             lines[0] += f" (expected {expectation.status})"
         else:
             lines[0] += (f" (expected {expectation.status} with fingerprint {expectation.fingerprint}, "
-                         f"got {result.extra.get('fingerprint')}: the output changed)")
+                         f"got {result.fingerprint}: the output changed)")
     elif verdict_name == Verdict.UNEXPECTED_PASS:
         lines[0] += f" (expected {expectation.status}: now passes; update the baseline)"
     if result.divergence is not None:
@@ -296,25 +297,25 @@ def describe_cell(result: CellResult) -> str:
         lines.append(f"  engine: {result.message[:500]}" + (f" [{result.refusal}]" if result.refusal else ""))
     if result.reference_message:
         lines.append(f"  reference: {result.reference_message[:500]} [{result.reference_refusal}]")
-    if result.extra.get("note"):
-        lines.append(f"  {result.extra['note']}")
-    attribution = result.extra.get("attribution")
+    if result.note:
+        lines.append(f"  {result.note}")
+    attribution = result.attribution
     if attribution:
         if "line" in attribution:
             lines.append(f"  golden byte emitted by template line {attribution['line']} ({attribution['construct']}): "
                          f"{attribution['source_line'].strip()[:200]}")
         else:
             lines.append(f"  {attribution.get('unavailable')}")
-    cause = result.extra.get("cause")
+    cause = result.cause
     if cause:
         known = expectation is not None and expectation.cause == cause
-        lines.append(f"  root cause {cause}{' (known)' if known else ' (new)'}: {result.extra.get('cause_title', '')}")
+        lines.append(f"  root cause {cause}{' (known)' if known else ' (new)'}: {result.cause_title or ''}")
         before = (expectation.recorded_cause or ({"id": expectation.cause, "title": ""} if expectation.cause else None)
                   if expectation is not None else None)
         if before and before["id"] != cause:
             lines.append(f"  its cause changed: the baseline filed it under {before['id']} {before.get('title', '')}"
                          .rstrip())
-        repro = result.extra.get("cause_repro")
+        repro = result.cause_repro
         if repro:
             lines.append("  minimal reproducer: " + repro)
     if expectation is not None and expectation.reason:
@@ -342,7 +343,7 @@ UNEXPLAINED_REASON = "not reduced to a root cause (`chatgold explain` says why)"
 def update_expectations(runner_name: str, results: Iterable[CellResult], selected: Optional[set] = None,
                         directory: Optional[Path] = None, causes: Optional[dict] = None) -> tuple[Expectations, dict]:
     """Rewrite the baseline from fresh results, in format 2. With `selected` ((template, case) pairs), only those
-    cells change; the rest of the file is kept. A result's explained cause (extra["cause"]) is recorded with
+    cells change; the rest of the file is kept. A result's explained cause (result.cause) is recorded with
     the cell; `causes` (cause id -> the explanation's cause record: title, constructs, symptom, repro) gives
     the known causes' new records, whose reasons and links are carried forward from the old file by id.
     Returns the new baseline and counts of added/removed/changed cells and of causes without a reason."""
@@ -360,8 +361,8 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
     for result in results:
         if result.passed or not result.status.judged:
             continue
-        fp = result.extra.get("fingerprint")
-        cause = result.extra.get("cause")
+        fp = result.fingerprint
+        cause = result.cause
         cells.setdefault(result.template_id, {})[result.case_id] = (
             result.status + (f":{fp}" if fp else "") + (f"@{cause}" if cause else ""))
     fresh = dict(causes or {})
@@ -397,7 +398,7 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
         status, _, cause = parse_value(value)
         if cause is None and status not in status_reasons and not any(
                 fnmatch.fnmatchcase(status, r.get("status", "*")) for r in rules):
-            status_reasons[status] = UNEXPLAINED_REASON if status in _NON_MATCHING else DEFAULT_REASONS[status]
+            status_reasons[status] = UNEXPLAINED_REASON if status in NON_MATCHING else DEFAULT_REASONS[status]
     ordered = dict(sorted(known.items(), key=lambda kv: kv[0]))
     new = Expectations(runner_name, cells, rules, expectations_path(runner_name, directory), ordered,
                        dict(sorted(status_reasons.items())))
@@ -408,7 +409,6 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
     return new, counts
 
 
-_NON_MATCHING = ("diverged", "engine-raised", "engine-rendered", "raised-differently")
 
 
 def _baseline_repro(repro: Optional[dict]) -> Optional[dict]:
@@ -436,7 +436,7 @@ def compact_cells(cells: dict, case_ids: list) -> dict:
 
 def write_expectations(expectations: Expectations) -> Path:
     """Format 2, one cause and one template per line: compact, and diffs stay readable."""
-    from conformance.judge.goldens import atomic_write
+    from conformance.files import atomic_write
 
     path = expectations.path or expectations_path(expectations.runner)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -454,6 +454,6 @@ def write_expectations(expectations: Expectations) -> Path:
     parts.append(' "cells": {')
     parts.append(",\n".join(f"  {dump(t)}: {dump(c)}" for t, c in sorted(expectations.cells.items())))
     parts.append(" }\n}\n")
-    atomic_write(path, "\n".join(parts).encode("utf-8", "surrogatepass"))
+    atomic_write(path, "\n".join(parts).encode("utf-8", ENCODING_ERRORS))
     path.chmod(0o644)  # mkstemp creates 0600; the baseline is an ordinary committed file
     return path

@@ -20,22 +20,37 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from functools import cached_property
+from typing import Callable, Iterable, NamedTuple, Optional
 
 from conformance import repo_root
-from runners.base import Errored, Outcome, Raised, Rendered, Skipped
+from conformance.files import DIR_MODE, ENCODING_ERRORS, FILE_MODE, atomic_write
+from runners.base import Errored, Outcome, Raised, RefusalKind, Rendered, Skipped, refusal_of
 
 META_FILE = "_meta.json"
 RENDERED_SUFFIX = ".txt"
 RAISED_SUFFIX = ".raised.txt"
 CAPABILITIES_FILE = "capabilities.json"
 PROPERTIES_FILE = "properties.json"
-# Bytes a template can legitimately emit include lone surrogates smuggled in through JSON; keep them exact.
-ENCODING_ERRORS = "surrogatepass"
 
 
 def goldens_dir() -> Path:
     return repo_root() / "goldens"
+
+
+class Refusal(NamedTuple):
+    """A reference refusal as a golden stores it: "<ExceptionType>: <message>"."""
+
+    kind: RefusalKind
+    type_name: str  # "" when the text does not start with an exception type
+    message: str    # for raise_exception, exactly the template's argument
+
+
+def parse_refusal(text: str) -> Refusal:
+    type_name, sep, message = text.partition(": ")
+    if not sep or not type_name.isidentifier():
+        return Refusal(RefusalKind.RENDER, "", text)
+    return Refusal(refusal_of(type_name), type_name, message)
 
 
 @dataclass(frozen=True)
@@ -50,6 +65,11 @@ class Golden:
     @property
     def raised(self) -> bool:
         return self.kind == "raised"
+
+    @cached_property
+    def refusal(self) -> Optional[Refusal]:
+        """The reference's refusal, parsed once; None for a rendered golden."""
+        return parse_refusal(self.text) if self.raised else None
 
 
 def cell_paths(template_id: str, case_id: str, root: Optional[Path] = None) -> tuple[Path, Path]:
@@ -151,30 +171,6 @@ def _read_bytes(path: str) -> bytes:
         os.close(fd)
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _umask()  # read once: os.umask is process-wide, reading it twice races with other threads
-_FILE_MODE = 0o666 & ~_UMASK
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, _FILE_MODE)  # mkstemp creates 0600; goldens are ordinary readable files
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_golden(template_id: str, case_id: str, outcome: Outcome, root: Optional[Path] = None) -> bool:
     """Store the reference outcome; returns True when anything on disk changed."""
     kind, data = golden_bytes(outcome)
@@ -246,11 +242,11 @@ def swap_kind(old: Path, new: Path, data: bytes) -> None:
         recover_swaps(root)
         staging = Path(tempfile.mkdtemp(dir=root, prefix=f".{directory.name}{SWAP_MARK}"))
         try:
-            os.chmod(staging, 0o777 & ~_UMASK)  # mkdtemp creates 0700
+            os.chmod(staging, DIR_MODE)  # mkdtemp creates 0700
             for entry in os.scandir(directory):
                 if entry.name != old.name and entry.is_file(follow_symlinks=False):
                     os.link(entry.path, staging / entry.name)
-            fd = os.open(staging / new.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+            fd = os.open(staging / new.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()

@@ -9,20 +9,20 @@ refusals), so report/ imports no engine and reads no golden.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
-from conformance.judge.expectations import Expectations, baseline_directory, load_expectations, verdict
-from conformance.judge.goldens import ENCODING_ERRORS, Golden, GoldenStore
+from conformance.files import ENCODING_ERRORS
+from conformance.judge.classify import result_for
+from conformance.judge.expectations import Expectations, verdict
+from conformance.judge.goldens import Golden, GoldenStore
 from conformance.judge.status import (
     CellResult,
     Status,
     Verdict,
     count_statuses,
     figure,
-    result_for,
 )
 from runners.base import Outcome, RenderRequest
 
@@ -144,8 +144,8 @@ class GoldenJudge:
         golden = self.goldens(template_id, case_id)
         result = result_for(runner_name, template_id, case_id, golden, outcome, seconds)
         if result.divergence is not None:
-            result.extra["golden_window"] = _window(golden.data, result.divergence.offset)
-            result.extra["output_window"] = _window(result.output.encode("utf-8", ENCODING_ERRORS),
+            result.golden_window = _window(golden.data, result.divergence.offset)
+            result.output_window = _window(result.output.encode("utf-8", ENCODING_ERRORS),
                                                     result.divergence.offset)
         return result
 
@@ -161,6 +161,7 @@ class RunnerResults:
     results: list
     expectations: Expectations
     by_cell: dict = field(default_factory=dict)
+    explanation: Optional[object] = None  # explain.causes.Explanation, when the explain stage ran
 
     def __post_init__(self):
         self.by_cell = {r.key: r for r in self.results}
@@ -189,10 +190,10 @@ def apply_expectations(results: Iterable[CellResult], expectations: Expectations
     for result in results:
         expectation = expectations.get(result.template_id, result.case_id)
         result.verdict = verdict(result, expectation, expectations.causes)
-        cause = result.extra.get("cause")
+        cause = result.cause
         if (cause and result.verdict == Verdict.EXPECTED_FAIL
                 and (expectation is None or expectation.status != result.status
-                     or (expectation.fingerprint or None) not in (None, result.extra.get("fingerprint")))):
+                     or (expectation.fingerprint or None) not in (None, result.fingerprint))):
             recorded = expectation.cause if expectation is not None else None
             expectation = expectations.for_cause(cause, str(result.status))
             if recorded and recorded != cause and expectation is not None:
@@ -204,72 +205,21 @@ def apply_expectations(results: Iterable[CellResult], expectations: Expectations
         result.expectation = expectation
 
 
-def render(runner, cells: Sequence[Cell], progress: Optional[Callable[[int, int], None]] = None,
-           store=None, refresh: bool = False) -> list:
-    """Every cell's outcome through the runner, in order. With a result store (judge/store.py) the store
-    answers first and only the cells it does not hold are rendered; refresh renders every cell and stores
-    what comes back."""
-    from conformance.judge.store import cached_render_many
-
-    outcomes = []
-    total = len(cells)
-    for index, outcome in enumerate(cached_render_many(runner, [c.request for c in cells], store, refresh), 1):
-        outcomes.append(outcome)
-        if progress:
-            progress(index, total)
-    return outcomes
-
-
-def judge_outcomes(info: dict, cells: Sequence[Cell], outcomes: Sequence[Outcome], judge: Optional[Judge] = None,
-                   expectations: Optional[Expectations] = None, expectations_dir=None,
-                   suite_baseline: bool = True) -> RunnerResults:
-    """Status and verdict for every cell of one runner. `suite_baseline`: the runner is one the suite ships
-    (Runner.suite_baseline), whose baseline may be the suite's own; never true of a `command:` harness."""
+def judge_outcomes(info: dict, cells: Sequence[Cell], outcomes: Sequence[Outcome], judge: Judge,
+                   expectations: Expectations) -> RunnerResults:
+    """Stage judge: every cell's status against its golden (the verdict comes later, once causes are known)."""
     name = str(info.get("name", "runner"))
-    judge = judge or GoldenJudge()
     results = judge.judge(name, [(c.template.id, c.case.id, o) for c, o in zip(cells, outcomes)])
-    if expectations is None:
-        expectations = load_expectations(name, baseline_directory(suite_baseline, expectations_dir))
-    apply_expectations(results, expectations)
     return RunnerResults(info, results, expectations)
 
 
-def runner_info(runner, seconds: Optional[float] = None) -> dict:
-    """The runner's description for judged results, with what it decided per template (Runner.template_facts:
-    e.g. llama.cpp's built-in format), which the report shows beside each template. Call after rendering."""
-    info = dict(runner.describe())
-    if seconds is not None:
-        info["seconds"] = round(seconds, 3)
-    facts = runner.template_facts()
-    if facts:
-        info["template_facts"] = facts
-    return info
-
-
-def add_token_parity(runner, cells: Sequence[Cell], results: RunnerResults, judge: Optional[Judge]) -> None:
-    """The second verdict, on tokens (judge/tokens.py), for runners that can tell what they feed their model;
-    it needs local goldens (a GoldenJudge)."""
-    goldens = getattr(judge, "goldens", None)
-    if goldens is not None and runner.reports_tokens():
+def add_token_parity(runner, cells: Sequence[Cell], results: RunnerResults, goldens) -> None:
+    """Stage tokens: the second verdict, on tokens (judge/tokens.py), for runners that can tell what they feed
+    their model; it needs local goldens."""
+    if runner.reports_tokens():
         from conformance.judge.tokens import token_parity
 
         token_parity(runner, cells, results.results, goldens)
-
-
-def run(runner, cells: Sequence[Cell], judge: Optional[Judge] = None, expectations_dir=None,
-        progress: Optional[Callable[[int, int], None]] = None, store=None, refresh: bool = False,
-        tokens: bool = True) -> RunnerResults:
-    """Render every cell through an open runner (the result store first, when given) and judge the outcomes
-    (and, with `tokens`, the tokens the engine feeds its model, where the runner can tell)."""
-    started = time.perf_counter()
-    outcomes = render(runner, cells, progress, store, refresh)
-    info = runner_info(runner, time.perf_counter() - started)
-    judge = judge or GoldenJudge()
-    results = judge_outcomes(info, cells, outcomes, judge, expectations_dir=expectations_dir,
-                             suite_baseline=getattr(runner, "suite_baseline", True))
-    if tokens:
-        add_token_parity(runner, cells, results, judge)
-    return results
 
 
 def requests_by_cell(cells: Iterable[Cell]) -> dict:
@@ -292,4 +242,4 @@ def summary_of(results: Iterable[CellResult]) -> dict:
 
 
 __all__ = ["Cell", "Selection", "GoldenJudge", "RunnerResults", "Status", "apply_expectations", "judge_outcomes",
-           "render", "run", "runner_info", "add_token_parity", "shard_of", "parse_shard", "iter_cells", "summary_of", "requests_by_cell"]
+           "add_token_parity", "shard_of", "parse_shard", "iter_cells", "summary_of", "requests_by_cell"]

@@ -4,9 +4,9 @@ A status says what happened in a cell; a verdict (judge/expectations.py) says wh
 Two refusals match only when they are of the same kind (runners.base.RefusalKind): a compile failure
 matches a compile failure, a render failure a render failure, and the template's raise_exception(M) only a
 refusal of that kind carrying M. A refusal of unknown kind (a protocol-1 harness) matches a raise_exception(M)
-whose M it carries, or any refusal whose message it repeats exactly (same_refusal_message). Skipped and
-no-golden cells are outside the conformance denominator (like web-platform-tests' NOTRUN): counted and shown,
-never a pass and never a failure.
+whose M it carries, or any refusal whose message it repeats exactly (judge/classify.same_refusal_message).
+Skipped and no-golden cells are outside the conformance denominator (like web-platform-tests' NOTRUN): counted
+and shown, never a pass and never a failure.
 """
 from __future__ import annotations
 
@@ -15,10 +15,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Iterable, Mapping, Optional
 
-from conformance.judge.diff import Divergence, compare_bytes
-from conformance.judge.goldens import ENCODING_ERRORS, Golden
-from runners.base import Errored, Outcome, Raised, RefusalKind, Rendered, Skipped
-from runners.hf import reference_refusal
+from conformance.files import ENCODING_ERRORS
+from conformance.judge.diff import Divergence
 
 
 class Status(StrEnum):
@@ -71,6 +69,8 @@ class Verdict(StrEnum):
 
 
 FAILING_VERDICTS = frozenset({Verdict.UNEXPECTED_FAIL, Verdict.CHANGED})
+LATER_FIELDS = ("note", "fingerprint", "golden_window", "output_window", "tokens", "cause", "cause_title",
+                "cause_repro", "attribution")
 
 
 @dataclass
@@ -90,7 +90,19 @@ class CellResult:
     seconds: float = 0.0
     verdict: Optional[Verdict] = None
     expectation: Optional[object] = None     # judge.expectations.Expectation, when the baseline knows the cell
-    extra: dict = field(default_factory=dict)  # fingerprint, root cause, attribution: what later stages add
+    outcome: Optional[object] = field(default=None, repr=False, compare=False)  # the engine's runners.base.Outcome
+    judgement: Optional["Judgement"] = field(default=None, repr=False, compare=False)
+    # What later stages add, each written by one stage: judge (note, fingerprint, the two windows), tokens,
+    # explain (cause, its title and one-line reproducer), attribute.
+    note: Optional[str] = None               # why two refusals differ
+    fingerprint: Optional[str] = None        # see fingerprint()
+    golden_window: Optional[dict] = None     # the bytes around the first difference, each side
+    output_window: Optional[dict] = None
+    tokens: Optional[dict] = None            # the token verdict (judge/tokens.py)
+    cause: Optional[str] = None              # the root cause id (conformance/explain)
+    cause_title: Optional[str] = None
+    cause_repro: Optional[str] = None
+    attribution: Optional[dict] = None       # where the golden's first differing byte came from
 
     def __post_init__(self):
         if type(self.status) is not Status:
@@ -116,7 +128,10 @@ class CellResult:
             data["output"] = self.output
         if self.verdict is not None:
             data["verdict"] = str(self.verdict)
-        data.update(self.extra)
+        for name in LATER_FIELDS:
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
         return data
 
 
@@ -125,87 +140,6 @@ class Judgement:
     status: Status
     divergence: Optional[Divergence] = None
     note: str = ""   # why two refusals differ
-
-
-def same_refusal_message(reference: str, message: str) -> bool:
-    """Whether a refusal message without a kind (protocol 1) is the reference's refusal (as goldens store it,
-    "<ExceptionType>: <message>") said again: byte for byte, or byte for byte without the "<ExceptionType>: "
-    prefix (an engine that reports the exception's message alone). Nothing is normalised (no whitespace,
-    locations or digits), and an empty message vouches for nothing."""
-    if not message:
-        return False
-    if message == reference:
-        return True
-    type_name, sep, bare = reference.partition(": ")
-    return bool(sep and type_name.isidentifier() and bare and message == bare)
-
-
-def judge_refusal(golden: Golden, outcome: Raised) -> Judgement:
-    """Two refusals: the same kind (and, for raise_exception, the template's message) or not."""
-    ref_kind, ref_message = reference_refusal(golden.text)
-    kind = outcome.refusal
-    if kind == RefusalKind.UNKNOWN:
-        # A protocol-1 harness does not say which kind; only the message can vouch for it: the template's own
-        # raise_exception message, or the reference's whole refusal said again exactly.
-        if ref_kind == RefusalKind.RAISE and ref_message and ref_message in outcome.message:
-            return Judgement(Status.BOTH_RAISED)
-        if same_refusal_message(golden.text, outcome.message):
-            return Judgement(Status.BOTH_RAISED)
-        return Judgement(Status.RAISED_DIFFERENTLY,
-                         note=f"the reference's refusal is of kind {ref_kind}; the harness did not say which kind "
-                              f"its refusal is (protocol version 1), and its message is not the reference's")
-    if kind != ref_kind:
-        return Judgement(Status.RAISED_DIFFERENTLY,
-                         note=f"the reference's refusal is of kind {ref_kind}, the engine's of kind {kind}")
-    if kind == RefusalKind.RAISE and ref_message not in outcome.message:
-        return Judgement(Status.RAISED_DIFFERENTLY,
-                         note="both called raise_exception, but the engine's message lacks the template's")
-    return Judgement(Status.BOTH_RAISED)
-
-
-def classify(golden: Optional[Golden], outcome: Outcome) -> Judgement:
-    """One engine outcome against one golden."""
-    if isinstance(outcome, Skipped):
-        return Judgement(Status.SKIPPED)
-    if isinstance(outcome, Errored):
-        return Judgement(Status.TIMEOUT if outcome.timed_out else Status.ERRORED)
-    if golden is None:
-        return Judgement(Status.NO_GOLDEN)
-    if isinstance(outcome, Raised):
-        return judge_refusal(golden, outcome) if golden.raised else Judgement(Status.ENGINE_RAISED)
-    assert isinstance(outcome, Rendered)
-    if golden.raised:
-        return Judgement(Status.ENGINE_RENDERED)
-    divergence = compare_bytes(golden.data, outcome.text.encode("utf-8", ENCODING_ERRORS))
-    return Judgement(Status.DIVERGED if divergence else Status.MATCH, divergence)
-
-
-def result_for(runner_name: str, template_id: str, case_id: str, golden: Optional[Golden], outcome: Outcome,
-               seconds: float = 0.0) -> CellResult:
-    if type(outcome) is Rendered and golden is not None and golden.kind == "rendered" \
-            and outcome.text.encode("utf-8", ENCODING_ERRORS) == golden.data:
-        # Most cells: a match has no divergence, message, output or fingerprint (what the general path gives).
-        return CellResult(runner_name, template_id, case_id, Status.MATCH, golden_kind="rendered", seconds=seconds)
-    judgement = classify(golden, outcome)
-    status = judgement.status
-    result = CellResult(
-        runner=runner_name, template_id=template_id, case_id=case_id, status=status,
-        divergence=judgement.divergence, message=getattr(outcome, "message", "") or "",
-        detail=outcome.detail if isinstance(outcome, Errored) else "",
-        output=outcome.text if isinstance(outcome, Rendered) and status != Status.MATCH else None,
-        golden_kind=golden.kind if golden else None, seconds=seconds,
-        refusal=str(outcome.refusal) if isinstance(outcome, Raised) else None,
-    )
-    if golden is not None and golden.raised and status != Status.MATCH:
-        kind, _ = reference_refusal(golden.text)
-        result.reference_refusal = str(kind)
-        result.reference_message = golden.text
-    if judgement.note:
-        result.extra["note"] = judgement.note
-    fp = fingerprint(result)
-    if fp:
-        result.extra["fingerprint"] = fp
-    return result
 
 
 def fingerprint(result: CellResult) -> Optional[str]:

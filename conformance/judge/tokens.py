@@ -21,6 +21,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Iterable, Optional, Sequence
 
+from conformance.files import ENCODING_ERRORS
 from runners.base import Fed, FeedRequest, Raised
 from runners.vocab import template_markers
 
@@ -106,8 +107,8 @@ def _show_runs(items: list) -> list:
 def compare(reference: Sequence, engine: Sequence, bos_token: Optional[str], eos_token: Optional[str]) -> dict:
     """The token verdict of one cell from two token sequences (runners.base.Token)."""
     ref, eng = runs(reference), runs(engine)
-    bos = bos_token.encode("utf-8", "surrogatepass") if bos_token else None
-    eos = eos_token.encode("utf-8", "surrogatepass") if eos_token else None
+    bos = bos_token.encode("utf-8", ENCODING_ERRORS) if bos_token else None
+    eos = eos_token.encode("utf-8", ENCODING_ERRORS) if eos_token else None
     counts = {"reference": {"tokens": len(reference), "leading_bos": _leading(ref, bos), "trailing_eos": _trailing(ref, eos)},
               "engine": {"tokens": len(engine), "leading_bos": _leading(eng, bos), "trailing_eos": _trailing(eng, eos)}}
     bos_status = _end_status(counts["reference"]["leading_bos"], counts["engine"]["leading_bos"],
@@ -166,7 +167,7 @@ def feed_request(cell, facts: dict) -> FeedRequest:
 
 
 def token_parity(runner, cells: Sequence, results: Sequence, goldens) -> None:
-    """Give every result a token verdict (`result.extra["tokens"]`) when the runner can tell what its engine
+    """Give every result a token verdict (`result.tokens`) when the runner can tell what its engine
     feeds the model (Runner.reports_tokens); results and cells are in the same order."""
     if not runner.reports_tokens():
         return
@@ -184,14 +185,14 @@ def token_parity(runner, cells: Sequence, results: Sequence, goldens) -> None:
             asked.append(feed_request(cell, facts))
     fed = list(runner.feeds_model_many(asked)) if asked else []
     for result, entry, facts, unknown, golden, index in plans:
-        result.extra["tokens"] = verdict_for(entry, facts, unknown, golden, fed[index] if index is not None else None)
+        result.tokens = verdict_for(entry, facts, unknown, golden, fed[index] if index is not None else None)
 
 
 def template_summary(results: Iterable) -> dict:
     """template id -> {token status: count} over judged results that carry a token verdict."""
     out: dict = {}
     for result in results:
-        verdict = result.extra.get("tokens")
+        verdict = result.tokens
         if verdict:
             row = out.setdefault(result.template_id, {})
             row[verdict["status"]] = row.get(verdict["status"], 0) + 1

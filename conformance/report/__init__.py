@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+from conformance.files import ENCODING_ERRORS
 from conformance.judge.status import (
+    NO_ANSWER,
+    NON_MATCHING,
     NOT_JUDGED,
     PASSING,
     STATUSES,
@@ -31,7 +34,7 @@ from conformance.report.templates import finalize_views, merge_views, template_v
 
 REPORT_FORMAT = 2
 # Every failing cell is under a cause or unexplained (errored and timed-out ones always unexplained).
-EXPLAINED_STATUSES = ("diverged", "raised-differently", "engine-raised", "engine-rendered", "errored", "timeout")
+EXPLAINED_STATUSES = NON_MATCHING | NO_ANSWER
 MESSAGE_LIMIT = 1000
 OUTPUT_LIMIT = 2000   # rendered outputs of engine-rendered cells kept in a record
 CELLS_SUFFIX = ".cells.jsonl.gz"
@@ -75,10 +78,10 @@ def cell_record(result) -> dict:
     """The sidecar record of one judged cell (a CellResult that is not a pass)."""
     record = {"runner": result.runner, "template": result.template_id, "case": result.case_id,
               "status": str(result.status), "verdict": str(result.verdict) if result.verdict else None}
-    extra = dict(result.extra)
     for name in ("fingerprint", "note", "golden_window", "output_window", "attribution", "cause", "tokens"):
-        if extra.get(name) is not None:
-            record[name] = extra[name]
+        value = getattr(result, name)
+        if value is not None:
+            record[name] = value
     if result.message:
         record["message"] = result.message[:MESSAGE_LIMIT]
     if result.refusal:
@@ -132,7 +135,7 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
         records.append(record)
         if result.verdict is not None and result.verdict.failing:
             unexpected.append(record)
-        attribution = result.extra.get("attribution") or {}
+        attribution = result.attribution or {}
         if "construct" in attribution:
             blamed[attribution["construct"]] += 1
             blamed_lines[attribution["construct"]][f"{result.template_id}:{attribution['line']}"] += 1
@@ -141,14 +144,14 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
             _bump(features[tag], status, n)
     for (template_id, status), n in by_template.items():
         _bump(per_template[template_id], status, n)
-    explanation = getattr(run, "explanation", None)
+    explanation = run.explanation
     # Causal attribution: with an explanation, a non-matching cell counts against the constructs of its root
     # cause only, not against every construct its template uses.
     blamed_on: dict = defaultdict(lambda: defaultdict(_table_row))  # template -> construct -> failing tally
     if explanation is not None:
         cause_constructs = {cause.id: cause.constructs for cause in explanation.causes}
         for result in run.results:
-            cause = result.extra.get("cause")
+            cause = result.cause
             if cause in cause_constructs:
                 for construct in cause_constructs[cause]:
                     row = blamed_on[result.template_id][construct]
@@ -195,7 +198,7 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
         section["constructs_basis"] = "cause"
         section["causes"] = [cause.to_dict() for cause in explanation.causes]
         section["unexplained"] = list(explanation.unexplained)
-        section["stale_causes"] = list(getattr(explanation, "stale", []))
+        section["stale_causes"] = list(explanation.stale)
         section["explain_stats"] = dict(explanation.stats)
     return section, records
 
@@ -460,9 +463,9 @@ def write_json(report: Report, path) -> list:
     with open(sidecar, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=1) as handle:
         for start in range(0, len(report.cells), 4096):
             lines = "\n".join(map(encode, report.cells[start:start + 4096])) + "\n"
-            handle.write(lines.encode("utf-8", "surrogatepass"))
+            handle.write(lines.encode("utf-8", ENCODING_ERRORS))
     path.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8",
-                    errors="surrogatepass")
+                    errors=ENCODING_ERRORS)
     return [path, sidecar]
 
 
@@ -476,7 +479,7 @@ def write_outputs(report: Report, json_path=None, junit_path=None, markdown_path
     def write_text(path, produce) -> None:
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(produce(report), encoding="utf-8", errors="surrogatepass")
+        target.write_text(produce(report), encoding="utf-8", errors=ENCODING_ERRORS)
         written.append(target)
 
     if json_path:

@@ -69,15 +69,15 @@ def _cells(n: int) -> str:
 def run_change_summary(run) -> Optional[dict]:
     """The change summary of judged results (judge.pipeline.RunnerResults) before any report is built (the
     pytest gate's terminal summary)."""
-    explanation = getattr(run, "explanation", None)
+    explanation = run.explanation
     if explanation is None:
         return None
     section = {"causes": [{"id": c.id, "title": c.title, "known": c.known, "cells": list(c.cells)}
                           for c in explanation.causes],
-               "stale_causes": list(getattr(explanation, "stale", []))}
-    records = [{"cause": r.extra.get("cause"), "expected": {"cause": r.expectation.cause, **(
+               "stale_causes": list(explanation.stale)}
+    records = [{"cause": r.cause, "expected": {"cause": r.expectation.cause, **(
                    {"recorded_cause": r.expectation.recorded_cause} if r.expectation.recorded_cause else {})}}
-               for r in run.results if r.expectation is not None and r.extra.get("cause")]
+               for r in run.results if r.expectation is not None and r.cause]
     return change_summary(section, records)
 
 

@@ -1,7 +1,7 @@
 """Per-template views of one runner's judged results, for the report: what the engine decided about each
 template (its template facts, e.g. llama.cpp's built-in format), whether it renders the basic conversations
 right, wrongly or refuses them, and token parity (judge/tokens.py). Pure: everything comes from the judged
-results and the runner description the pipeline recorded (pipeline.runner_info)."""
+results and the runner description the render stage recorded (render/stage.runner_info)."""
 from __future__ import annotations
 
 from collections import Counter
@@ -45,7 +45,7 @@ def template_views(run) -> dict:
     for result in run.results:
         if result.case_id in BASIC_CASES:
             by_template.setdefault(result.template_id, []).append(result.status)
-        verdict = result.extra.get("tokens")
+        verdict = result.tokens
         if verdict:
             token_counts[verdict["status"]] += 1
             row = token_rows.setdefault(result.template_id, {})

@@ -108,7 +108,7 @@ class ServiceJudge:
         self.attribute = attribute
 
     def judge(self, runner_name: str, cells) -> list:
-        from conformance.judge.status import result_for
+        from conformance.judge.classify import result_for
         from runners.base import Raised, RefusalKind, Rendered
 
         remote = []
@@ -146,10 +146,10 @@ def _result_from_service(runner_name: str, judged: dict, outcome):
         refusal=str(outcome.refusal) if isinstance(outcome, Raised) else None,
         reference_message=judged.get("reference_message"), reference_refusal=judged.get("reference_refusal"))
     if judged.get("note"):
-        result.extra["note"] = judged["note"]
+        result.note = judged["note"]
     fp = fingerprint(result)
     if fp:
-        result.extra["fingerprint"] = fp
+        result.fingerprint = fp
     if judged.get("attribution"):
-        result.extra["attribution"] = {k: v for k, v in judged["attribution"].items() if v is not None}
+        result.attribution = {k: v for k, v in judged["attribution"].items() if v is not None}
     return result

@@ -14,13 +14,12 @@ import gzip
 import hashlib
 import io
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
 from conformance import PACKAGE_DIR, __version__
-from conformance.judge.goldens import _FILE_MODE, cell_paths, read_golden, read_meta
+from conformance.files import atomic_file
+from conformance.judge.goldens import cell_paths, read_golden, read_meta
 from runners.base import SEMANTICS_VERSION
 
 VECTOR_FORMAT = 2
@@ -48,11 +47,8 @@ def expected_record(golden) -> dict:
     expected = {"kind": golden.kind, "text": golden.text, "bytes": len(golden.data),
                 "sha256": hashlib.sha256(golden.data).hexdigest()}
     if golden.raised:
-        from runners.hf import reference_refusal
-
-        kind, message = reference_refusal(golden.text)
-        type_name = golden.text.partition(": ")[0] if message != golden.text else ""
-        expected["refusal"] = {"kind": str(kind), "type": type_name, "message": message}
+        refusal = golden.refusal
+        expected["refusal"] = {"kind": str(refusal.kind), "type": refusal.type_name, "message": refusal.message}
     return expected
 
 
@@ -78,13 +74,12 @@ def cell_record(entry, case, golden, source: str, bindings: bool = False) -> dic
     return record
 
 
-def _open_output(path: Path, fd: int):
-    raw = os.fdopen(fd, "wb")
+def _open_output(path: Path, raw) -> io.TextIOWrapper:
     if path.name.endswith(".gz"):
         # No file name and mtime 0 in the gzip header: the bytes depend on the content only.
         return io.TextIOWrapper(gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9),
-                                encoding="utf-8", newline="\n"), raw
-    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n"), None
+                                encoding="utf-8", newline="\n")
+    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n")
 
 
 def export_vectors(out: Path, templates: list, cases: list, goldens_root: Optional[Path] = None,
@@ -102,11 +97,9 @@ def export_vectors(out: Path, templates: list, cases: list, goldens_root: Option
               "missing_goldens": [f"{e.id}/{c.id}" for e, c in missing][:1000]}
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     sources: dict = {}
-    try:
-        fh, raw = _open_output(out, fd)
-        with fh:
+    with atomic_file(out) as raw:
+        with _open_output(out, raw) as fh:
             fh.write(dumps_line(header) + "\n")
             for index, (entry, case) in enumerate(present, 1):
                 if entry.id not in sources:
@@ -118,14 +111,6 @@ def export_vectors(out: Path, templates: list, cases: list, goldens_root: Option
                 fh.write(dumps_line(cell_record(entry, case, golden, sources[entry.id], bindings)) + "\n")
                 if progress:
                     progress(index, len(present))
-        if raw is not None:
-            raw.close()
-        os.chmod(tmp, _FILE_MODE)  # mkstemp makes it private; the vectors are not
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     return header
 
 

@@ -11,8 +11,9 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from conformance.judge.goldens import ENCODING_ERRORS, read_golden
 from conformance.corpus.manifest import sha256_text
+from conformance.files import ENCODING_ERRORS
+from conformance.judge.goldens import read_golden
 from conformance.service.models import (
     BatchRequest,
     BatchResult,

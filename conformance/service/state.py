@@ -13,8 +13,9 @@ from fastapi import HTTPException
 
 from conformance.corpus.cases import Case, load_cases
 from conformance.corpus.manifest import Corpus, TemplateEntry, load_corpus, sha256_text, templates_dir
-from conformance.judge.goldens import ENCODING_ERRORS, read_golden, read_meta
-from conformance.judge.status import result_for
+from conformance.files import ENCODING_ERRORS
+from conformance.judge.classify import result_for
+from conformance.judge.goldens import read_golden, read_meta
 from conformance.service.limits import (
     ATTRIBUTION_QUEUE,
     ATTRIBUTION_WORKERS,
@@ -42,8 +43,8 @@ class State:
                                      retry_after=int(GOLDENS_TOTAL_SECONDS // 4))
         self.attribution_pool = WorkPool("attribution", _attribution_worker, ATTRIBUTION_WORKERS,
                                          ATTRIBUTION_QUEUE, retry_after=5)
-        # Reference outcomes already rendered for the same transformers, template and case (judge/store.py).
-        from conformance.judge.store import ResultStore
+        # Reference outcomes already rendered for the same transformers, template and case (render/store.py).
+        from conformance.render.store import ResultStore
 
         self.store = ResultStore()
         self.listings: dict = {}  # (id globs, detail) -> GET /v1/templates' encoded body (routes.build_listing)
@@ -136,7 +137,7 @@ def check_one(state: State, cell: CheckRequest) -> dict:
               "golden_kind": golden.kind if golden else None,
               "divergence": judged.divergence.to_dict() if judged.divergence else None,
               "reference_message": judged.reference_message, "reference_refusal": judged.reference_refusal,
-              "note": judged.extra.get("note"), "attribution": None}
+              "note": judged.note, "attribution": None}
     return result
 
 

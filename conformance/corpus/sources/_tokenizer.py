@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from conformance.corpus.sources import SourceError
+from conformance.files import ENCODING_ERRORS
 
 FIELDS = ("bos_token", "eos_token", "add_bos_token", "add_eos_token")
 TOKENIZER_FILES = frozenset({"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
@@ -60,7 +61,7 @@ def normalise_template(text: bytes) -> bytes:
 
 
 def template_record(text: str, file: str) -> dict:
-    data = text.encode("utf-8", "surrogatepass")
+    data = text.encode("utf-8", ENCODING_ERRORS)
     return {"sha256": hashlib.sha256(data).hexdigest(),
             "normalised": hashlib.sha256(normalise_template(data)).hexdigest(), "file": file}
 

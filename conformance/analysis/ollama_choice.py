@@ -17,8 +17,9 @@ def probe(text: str, bos_token: Optional[str], eos_token: Optional[str], templat
     """Every case rendered by the reference and by the ollama runner on this template: the counts, and the
     first case (in case order) the ollama runner does not pass, with its status and the engine's answer."""
     from conformance.corpus.cases import load_cases
+    from conformance.judge.classify import result_for
     from conformance.judge.goldens import Golden, golden_bytes
-    from conformance.judge.status import NOT_JUDGED, result_for
+    from conformance.judge.status import NOT_JUDGED
     from runners import get_runner
     from runners.hf import HFRunner
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from conformance.corpus.manifest import Corpus, CorpusError, sha256_text
+from conformance.files import ENCODING_ERRORS
 from runners.gguf_header import read_header
 
 DEFAULT_REPORT = Path("reports") / "report.json"  # what `tox -e conformance` writes
@@ -32,7 +33,7 @@ class Finding:
     runners: dict = field(default_factory=dict)  # runner -> {"cells", "passed", "conformance"}
     builtin: dict = field(default_factory=dict)  # llama.cpp without --jinja: detected format, report verdict
     tokens: dict = field(default_factory=dict)   # the file's flags; per llama.cpp runner: the BOS verdict
-    ollama: dict = field(default_factory=dict)   # Ollama's choice (conformance/corpus/ollama_choice.py)
+    ollama: dict = field(default_factory=dict)   # Ollama's choice (conformance/analysis/ollama_choice.py)
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -121,7 +122,7 @@ def load_report(path: Optional[Path]) -> tuple:
 def identify_gguf(path: Path, corpus: Corpus, results: Optional[dict] = None,
                   views: Optional[dict] = None) -> list[Finding]:
     """results: runner_results(report); views: template_views(report)."""
-    from conformance.corpus.ollama_choice import choice_for
+    from conformance.analysis.ollama_choice import choice_for
     from runners.llamacpp.builtin import detect
 
     path = Path(path)
@@ -136,7 +137,7 @@ def identify_gguf(path: Path, corpus: Corpus, results: Optional[dict] = None,
     flags = file_flags(header)
     findings = []
     for name, text in header.chat_templates().items():
-        data = text.encode("utf-8", "surrogatepass")
+        data = text.encode("utf-8", ENCODING_ERRORS)
         sha = sha256_text(data)
         entry = corpus.by_sha.get(sha)
         finding = Finding(gguf=str(path), name=name, key=header.template_key(name), sha256=sha, size=len(data),
@@ -233,7 +234,7 @@ def describe(path: Path, findings: list[Finding], report_note: str) -> str:
         if f.builtin:
             lines.append("    " + _describe_builtin(f.builtin))
         if f.ollama:
-            from conformance.corpus.ollama_choice import describe_lines
+            from conformance.analysis.ollama_choice import describe_lines
 
             lines.extend("    " + line for line in describe_lines(f.ollama))
         if f.tokens:

@@ -39,7 +39,6 @@ import os
 import re
 import stat
 import sys
-import tempfile
 import threading
 import time
 import weakref
@@ -49,6 +48,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator, Optional, Sequence
 
+from conformance.files import ENCODING_ERRORS
+from conformance.files import atomic_write as _atomic_write
 from runners.base import (
     SEMANTICS_VERSION,
     Outcome,
@@ -82,7 +83,6 @@ TOUCH_SECONDS = 3600.0
 CAPABILITIES_PREFIX = "capabilities:"
 ATTRIBUTION_PREFIX = "attribution:"
 # Entries beside the outcomes of a template's cells: key prefix -> record kind (a [kind, JSON object] pair).
-ENCODING_ERRORS = "surrogatepass"  # lone surrogates in rendered text survive the round trip
 
 
 def results_dir() -> Path:
@@ -684,20 +684,6 @@ def _header_entries(path: Path) -> int:
         return 0
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 # -- keys of requests, computed once per distinct template and conversation ------------------------------------
 
 class _KeyMemo:
@@ -858,7 +844,7 @@ def attribution_identity() -> tuple:
     """The evaluator's identity (its traced render decides the answer) and the attribution code's digest."""
     from runners.evaluator.runner import EvaluatorRunner
 
-    code = hashlib.sha256((Path(__file__).parent / "attribution.py").read_bytes()).hexdigest()
+    code = hashlib.sha256((Path(__file__).parent.parent / "judge" / "attribution.py").read_bytes()).hexdigest()
     identity = {"name": "attribution", "evaluator": EvaluatorRunner().identity(), "code": code}
     return identity_digest(identity), identity
 
@@ -879,7 +865,7 @@ def cached_attributions(pending: list, store: ResultStore, attribute) -> None:
             entries = packs[template] = store.read_pack(identity[0], template)
         answer = store.side(identity, template, key, "attribution", entries)
         if answer is not None:
-            result.extra["attribution"] = dict(answer)
+            result.attribution = dict(answer)
         else:
             missing.append(item)
             keyed.append((template, key, result))
@@ -888,7 +874,7 @@ def cached_attributions(pending: list, store: ResultStore, attribute) -> None:
     attribute(missing)
     found: dict = {}
     for template, key, result in keyed:
-        answer = result.extra.get("attribution")
+        answer = result.attribution
         if isinstance(answer, dict) and "line" in answer:
             found.setdefault(template, {})[key] = ["attribution", answer]
     for template, entries in found.items():

@@ -1,0 +1,86 @@
+"""Exactly one module sequences the stages of a check (conformance/checkrun.py); every entry point builds a
+CheckRun and hands it options. Checked over the package's source with ast, lazy imports included."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SEQUENCER = "conformance.checkrun"
+# Each stage's functions, by the module that defines them. A stage's own package may use them (its internals:
+# explain/baseline.py calls explain/causes.py's explain); anything else goes through the CheckRun.
+STAGES = {
+    "render": {("conformance.render.stage", "render")},
+    "judge": {("conformance.judge.pipeline", "judge_outcomes")},
+    "tokens": {("conformance.judge.pipeline", "add_token_parity"), ("conformance.judge.tokens", "token_parity")},
+    "explain": {("conformance.explain.baseline", "explain_with_baseline"), ("conformance.explain.causes", "explain"),
+                ("conformance.explain", "explain")},
+    "verdict": {("conformance.judge.pipeline", "apply_expectations")},
+    "attribute": {("conformance.judge.attribution", "attribute_diverged")},
+    "report": {("conformance.report", "build_report")},
+}
+ENTRY_POINTS = ("conformance.cli.check", "conformance.cli.explain", "conformance.cli.history",
+                "conformance.cli.service", "conformance.gate.plugin")
+
+
+def _modules() -> dict:
+    found = {}
+    for path in (ROOT / "conformance").rglob("*.py"):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _stage_uses(module: str, path: Path) -> set:
+    """The stages whose functions `module` imports (by name) or calls as an attribute of their module."""
+    stage_of = {pair: stage for stage, pairs in STAGES.items() for pair in pairs}
+    names = {name for _, name in stage_of}
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    used = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            source = node.module or ""
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            used.update(stage_of[(source, a.name)] for a in node.names if (source, a.name) in stage_of)
+        elif isinstance(node, ast.Attribute) and node.attr in names - {"render", "explain"}:
+            used.update(stage for (_, name), stage in stage_of.items() if name == node.attr)
+    return used
+
+
+def _own(module: str, stage: str) -> bool:
+    """Whether `module` is inside the package that defines one of the stage's functions."""
+    return any(module.startswith(source.rpartition(".")[0] + ".") or module == source
+               for source, _ in STAGES[stage])
+
+
+def test_only_the_check_run_calls_stages():
+    offenders = {}
+    for module, path in _modules().items():
+        if module == SEQUENCER:
+            continue
+        foreign = {stage for stage in _stage_uses(module, path) if not _own(module, stage)}
+        if foreign:
+            offenders[module] = sorted(foreign)
+    assert offenders == {}
+
+
+def test_the_check_run_holds_every_stage_and_the_entry_points_build_one():
+    modules = _modules()
+    assert _stage_uses(SEQUENCER, modules[SEQUENCER]) == set(STAGES)
+    for module in ENTRY_POINTS:
+        text = modules[module].read_text(encoding="utf-8")
+        assert "CheckRun(" in text or "check_run(" in text, module
+
+
+def test_the_walk_sees_a_stage_call(tmp_path):
+    # The check above must be able to fail: a module that chains judge and verdict itself is caught.
+    probe = tmp_path / "probe.py"
+    probe.write_text("def check(runner, cells):\n"
+                     "    from conformance.judge.pipeline import apply_expectations, judge_outcomes\n"
+                     "    from conformance import report\n"
+                     "    return judge_outcomes, apply_expectations, report.build_report\n")
+    assert _stage_uses("conformance.cli.probe", probe) == {"judge", "verdict", "report"}
