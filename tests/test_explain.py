@@ -356,3 +356,31 @@ def test_the_verdict_is_the_same_with_and_without_the_explain_stage_for_every_ce
     assert with_causes[new_cell] == Verdict.EXPECTED_FAIL and without[new_cell] == Verdict.UNEXPECTED_FAIL
     matching = [c.key for c in cells if c.key not in cause.cells]
     assert all(with_causes[key] == without[key] == Verdict.EXPECTED_PASS for key in matching)
+
+
+def test_the_exact_text_probe_renders_the_same_under_every_whitespace_mode():
+    """The probe that asks whether an engine keys templates by their text must not change how the template
+    renders: an appended comment turned a final newline from stripped into printed without trim_blocks, and
+    the reducer then reduced only the case (whole 54-120-line templates as reproducers)."""
+    import jinja2
+
+    sources = ["{% if true %}x{% endif %}\n", "{%- for m in messages %}\n  {{ m }}\n{%- endfor %}\n",
+               "{# c #}\n{{ 'a' }}", "plain\ntext\n", "\n{% set x = 1 %}\n{{ x }}", "{% raw %}{{ x }}{% endraw %}\n"]
+    for trim in (False, True):
+        for lstrip in (False, True):
+            env = jinja2.Environment(trim_blocks=trim, lstrip_blocks=lstrip)
+            for source in sources:
+                variant = tpl.neutral_variant(source)
+                assert variant != source
+                assert env.from_string(variant).render(messages=["a"]) == env.from_string(source).render(
+                    messages=["a"]), (trim, lstrip, source)
+    env = jinja2.Environment()   # what the old probe did
+    assert env.from_string(sources[0] + "{# chatgold #}").render() != env.from_string(sources[0]).render()
+
+
+def test_a_candidate_showing_a_second_difference_still_keeps_the_first():
+    target = compare(Rendered("a\nb c"), Rendered("a\n\nb c"))
+    both = compare(Rendered("x\ny z"), Rendered("x\n\ny  z"))     # the same first edit, then another one
+    assert both.keeps(target)
+    other_first = compare(Rendered("x y\nz"), Rendered("x  y\n\nz"))
+    assert not other_first.keeps(target)

@@ -143,14 +143,14 @@ def _found_to_dict(found: Found) -> dict:
     return {"template": request.template, "conversation": request.conversation.to_dict(),
             "bos_token": request.bos_token, "eos_token": request.eos_token,
             "reference": outcome_to_dict(found.reference), "engine": outcome_to_dict(found.engine),
-            "symptom": found.symptom.to_dict(), "renders": found.renders, "complete": found.complete,
-            "ignores_template": found.ignores_template}
+            "symptom": found.symptom.to_dict(), "first": list(found.symptom.first), "renders": found.renders,
+            "complete": found.complete, "ignores_template": found.ignores_template}
 
 
-def _symptom_from_dict(data: dict) -> Symptom:
+def _symptom_from_dict(data: dict, first=()) -> Symptom:
     status = Status(data["status"])
     if status == Status.DIVERGED:
-        return Symptom(status, frozenset(tuple(e) for e in data["edits"]))
+        return Symptom(status, frozenset(tuple(e) for e in data["edits"]), first=tuple(first or ()))
     return Symptom(status, refusal=data["refusal"])
 
 
@@ -158,7 +158,7 @@ def _found_from_dict(data: dict, template_id: str, case_id: str) -> Found:
     request = RenderRequest(data["template"], Conversation.from_dict(data["conversation"]), data["bos_token"],
                             data["eos_token"], template_id, case_id)
     return Found(request, outcome_from_dict(data["reference"]), outcome_from_dict(data["engine"]),
-                 _symptom_from_dict(data["symptom"]), data["renders"], data["complete"],
+                 _symptom_from_dict(data["symptom"], data.get("first")), data["renders"], data["complete"],
                  ignores_template=bool(data.get("ignores_template")))
 
 

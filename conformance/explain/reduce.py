@@ -69,6 +69,11 @@ class NotReproduced:
     renders: int
 
 
+def _answer(outcome: Outcome) -> tuple:
+    """An outcome as equality of answers sees it."""
+    return outcome.kind, getattr(outcome, "text", None), getattr(outcome, "message", None)
+
+
 def conversation_dict(conversation: Conversation) -> dict:
     return {"messages": conversation.messages, "tools": conversation.tools, "documents": conversation.documents,
             "add_generation_prompt": conversation.add_generation_prompt,
@@ -158,19 +163,27 @@ class Reduction:
         own output for a template that *is* that format."""
         full, probe = yield from self.render([self._request(source, conversation),
                                               self._request(PROBE_TEMPLATE, conversation)])
-        same = lambda a, b: (a.kind, getattr(a, "text", None), getattr(a, "message", None)) == (
-            b.kind, getattr(b, "text", None), getattr(b, "message", None))
+        same = lambda a, b: _answer(a) == _answer(b)
         # The engine's side must be its own output (bytes or a refusal): printing nothing says only that the
         # template printed nothing here.
         own_output = full[1].kind == "raised" or (full[1].kind == "rendered" and full[1].text != "")
         return same(full[1], probe[1]) and not same(full[0], probe[0]) and own_output
 
     def template_sensitive(self, source: str, conversation: dict) -> Steps:
-        """Whether the engine renders an equivalent template (a comment added) the same way. An engine that
-        recognises templates by their exact text (a record keyed by hash) never will: reducing the template
-        then only costs renders."""
-        ok = yield from self.test(source + "{# chatgold #}", conversation, remember=False)
-        return ok
+        """Whether the engine renders an equivalent template (the same template in other bytes) the same way.
+        An engine that recognises templates by their exact text (a record keyed by hash) never will: reducing
+        the template then only costs renders. The variant (template.neutral_variant) renders the same under
+        every whitespace mode; should the reference print it differently all the same, the probe says nothing
+        and the template is reduced."""
+        variant = tpl.neutral_variant(source)
+        (ref, eng), (probe_ref, probe_eng) = yield from self.render(
+            [self._request(source, conversation), self._request(variant, conversation)])
+        if _answer(ref) != _answer(probe_ref):
+            return True
+        if _answer(eng) == _answer(probe_eng):
+            return True
+        symptom = compare(probe_ref, probe_eng)
+        return symptom is not None and symptom.keeps(self.target)
 
     # -- the whole reduction ---------------------------------------------------------------------------
     def run(self) -> Steps:

@@ -9,15 +9,15 @@
   engine's location suffixes normalised).
 - engine-rendered: the reference's refusal the engine lacks (kind + message, normalised alike).
 
-A candidate keeps the original difference when its status is the same and, for diverged pairs, its edits are a
-non-empty subset of the original's; for refusals, when the symptom is equal.
+A candidate keeps the original difference when its status is the same and, for diverged pairs, its first edit
+(in text order) is the original's first edit, whatever else it shows; for refusals, when the symptom is equal.
 """
 from __future__ import annotations
 
 import difflib
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 from conformance.judge.classify import classify
@@ -49,6 +49,10 @@ class Symptom:
     status: Status
     edits: frozenset = frozenset()   # diverged: normalised (deleted, inserted) pairs
     refusal: str = ""                # the refusal that is the symptom (see the module docstring)
+    # diverged: the first edit in text order, normalised. A candidate keeps the difference when its own first
+    # edit is this one, whatever else it shows: a reduction isolates this cell's first difference and is not
+    # stopped by a second, independent one that a smaller template or case brings out.
+    first: tuple = field(default=(), compare=False)
 
     @property
     def differs(self) -> bool:
@@ -59,6 +63,8 @@ class Symptom:
         if self.status != target.status or not self.differs:
             return False
         if self.status == Status.DIVERGED:
+            if target.first:
+                return self.first == target.first
             return bool(self.edits) and self.edits <= target.edits
         return self.refusal == target.refusal
 
@@ -182,6 +188,13 @@ def edits(reference: str, engine: str) -> frozenset:
     return frozenset((normalise_text(d), normalise_text(i)) for d, i in _raw_edits(reference, engine))
 
 
+def diverged(reference: str, engine: str) -> Symptom:
+    """The symptom of two different texts: their normalised edits, and the first of them in text order."""
+    raw = _raw_edits(reference, engine)
+    normalised = [(normalise_text(d), normalise_text(i)) for d, i in raw]
+    return Symptom(Status.DIVERGED, frozenset(normalised), first=normalised[0] if normalised else ())
+
+
 def raw_edits(reference: str, engine: str) -> list:
     """The edits before normalisation (titles quote them)."""
     return _raw_edits(reference, engine)
@@ -199,7 +212,7 @@ def symptom_of(golden: Optional[Golden], engine: Outcome) -> Optional[Symptom]:
     judgement = classify(golden, engine)
     status = judgement.status
     if status == Status.DIVERGED:
-        return Symptom(status, edits(golden.text, engine.text))
+        return diverged(golden.text, engine.text)
     if status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
         return Symptom(status, refusal=_refusal_text(engine.refusal, engine.message))
     if status == Status.ENGINE_RENDERED:

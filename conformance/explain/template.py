@@ -823,3 +823,26 @@ def printed_by_outputs(text: str) -> dict:
         else:
             return {}  # unbalanced (an output cut short): no answer rather than a wrong one
     return printed if not stack else {}
+
+
+# -- a render-neutral edit ----------------------------------------------------------------------------------
+
+NEUTRAL_PREFIX = "{{ '' }}"
+
+
+def neutral_variant(source: str) -> str:
+    """The same template in other bytes, rendering the same under every whitespace mode: one space added just
+    inside the first `{{ }}` or `{% %}` tag (after its whitespace-control marker), or, in a template without
+    one, an output of the empty string first. A comment is not neutral: with trim_blocks on a comment eats the
+    newline after it, and with it off, a newline after an appended comment is printed where a template's
+    final newline was stripped."""
+    offset = 0
+    for leaf in segments(source):
+        if leaf.kind in ("output", "stmt"):
+            parts = split_tag(leaf.text)
+            if parts is not None:
+                head = parts[0]
+                at = offset + len(head)
+                return source[:at] + " " + source[at:]
+        offset += len(leaf.text)
+    return NEUTRAL_PREFIX + source

@@ -215,6 +215,10 @@ def _refusal(exc: BaseException) -> tuple:  # R23
     return ("raised", kind, f"{name}: {exc}")
 
 
+def drop_nulls(message: dict) -> dict:  # R4
+    return {k: v for k, v in message.items() if v is not None}
+
+
 def render(source: str, bos_token, eos_token, conversation: dict) -> tuple:
     """("rendered", text) or ("raised", kind, message), as the reference would answer."""
     messages = conversation.get("messages") or []
@@ -225,7 +229,7 @@ def render(source: str, bos_token, eos_token, conversation: dict) -> tuple:
     try:
         _check_call(kwargs, messages, add_generation_prompt, continue_final_message)
         # R4: a fresh copy without the top-level nulls (tagging below must not touch the caller's data).
-        messages = [{k: v for k, v in json.loads(json.dumps(m)).items() if v is not None} for m in messages]
+        messages = [drop_nulls(json.loads(json.dumps(m))) for m in messages]
         template = compile_template(source)   # step 4
         if tools is not None and any(not isinstance(t, dict) for t in tools):   # R7
             raise Refused("ValueError", "Tools should either be a JSON schema, or a callable function with type "
