@@ -309,6 +309,7 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
                 unexplained.append(_unexplained(result, outcome.reason))
 
     causes = _cluster(groups, found, cached_groups)
+    causes = _merge_by_mechanism(causes, found, reference, engine, stats)
     confirm_started = time.perf_counter()
     with _scratch_artefacts(engine):
         causes, dropped = _confirm(causes, groups, found, reference, engine, stats)
@@ -442,3 +443,100 @@ def _confirm(causes: list, groups: dict, found: dict, reference, engine, stats) 
                 dropped.append((result, "its reproducer did not differ in the same way when rendered again "
                                         "(is the engine deterministic?)"))
     return kept, dropped
+
+
+# -- one mechanism, several symptoms ------------------------------------------------------------------------
+
+COMMON_ROLES = frozenset({"", "user", "assistant", "system"})
+
+
+def data_features(case: dict) -> set:
+    """What a reproducer's data holds, names and paths normalised: (field, key path without indices, value
+    class). A null, a boolean or a role is its value; anything else its type. Text in messages is no feature
+    (every case has some), nor are the roles every case has (user, assistant, system, or one cut to nothing):
+    a case of such messages alone holds no trigger."""
+    out: set = set()
+
+    def walk(value, top: str, path: tuple) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, top, path + (key,))
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, top, path)
+        elif value is None or isinstance(value, bool):
+            out.add((top, path, value))
+        elif path[-1:] == ("role",):
+            if value not in COMMON_ROLES:
+                out.add((top, path, value))
+        elif not (top == "messages" and isinstance(value, str)):
+            out.add((top, path, type(value).__name__))
+
+    for name in ("messages", "tools", "documents", "kwargs"):
+        if case.get(name):
+            walk(case[name], name, ())
+    for flag in ("add_generation_prompt", "continue_final_message"):
+        if case.get(flag):
+            out.add((flag, (), True))
+    return out
+
+
+def _same_mechanism(cause, pair) -> bool:
+    """Whether `pair`, the cause's own template rendered with another cause's data, shows the cause's mechanism:
+    the same refusal, or different bytes of the same kind (cluster.difference_class: which text the other data
+    makes it print is that data's)."""
+    symptom = compare(*pair)
+    if symptom is None or not symptom.differs or symptom.status != cause.found.symptom.status:
+        return False
+    if symptom.status != Status.DIVERGED:
+        return symptom.keeps(cause.found.symptom)
+    mine = cluster.difference_class(cause.found.reference.text, cause.found.engine.text)
+    return cluster.difference_class(pair[0].text, pair[1].text) == mine
+
+
+def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> list:
+    """Causes that are one mechanism shown through different symptoms, merged, checked by rendering: two causes
+    whose reproducers' data share a trigger (data_features) are one when one's template, given the other's
+    data, still shows its own kind of difference. A template that differs whatever the data (a missing trim_blocks)
+    has no trigger and is never merged this way: its key alone identifies it."""
+    features = {cause.id: data_features(cause.found.request.conversation.to_dict()) for cause in causes}
+    pairs = [(a, b) for i, a in enumerate(causes) for b in causes[i + 1:]
+             if features[a.id] & features[b.id] and not a.found.ignores_template and not b.found.ignores_template]
+    if not pairs:
+        return causes
+    batch = []
+    for a, b in pairs:
+        for mine, theirs in ((a, b), (b, a)):
+            request = mine.found.request
+            batch.append(RenderRequest(request.template, theirs.found.request.conversation, request.bos_token,
+                                       request.eos_token, request.template_id, request.case_id))
+    outcomes = render_pairs(reference, engine, batch, stats)
+    parent = {cause.id: cause.id for cause in causes}
+
+    def root(cause_id: str) -> str:
+        while parent[cause_id] != cause_id:
+            cause_id = parent[cause_id]
+        return cause_id
+
+    for index, (a, b) in enumerate(pairs):
+        if _same_mechanism(a, outcomes[2 * index]) or _same_mechanism(b, outcomes[2 * index + 1]):
+            parent[root(b.id)] = root(a.id)
+    merged: dict = {}
+    for cause in causes:
+        merged.setdefault(root(cause.id), []).append(cause)
+    out = []
+    for members in merged.values():
+        if len(members) == 1:
+            out.append(members[0])
+            continue
+        members.sort(key=lambda c: (_size(c.found), c.id))
+        head = members[0]
+        for other in members[1:]:
+            head.cells.extend(other.cells)
+            for status, count in other.statuses.items():
+                head.statuses[status] = head.statuses.get(status, 0) + count
+            head._candidates = head._candidates + other._candidates
+            head.cached = head.cached and other.cached
+        head.merged = [c.id for c in members[1:]]
+        out.append(head)
+    return out

@@ -21,6 +21,7 @@ the corpus are explained: a baseline's known causes stay known across selections
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Iterable
 
 from conformance.explain.signature import (
@@ -76,6 +77,19 @@ def _ws(text: str) -> bool:
     return not text.strip()
 
 
+_ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|&#?\w+;")
+_TOKEN = re.compile(r"<\|?[\w.-]+\|?>")
+
+
+def _escapes(deleted: str, inserted: str) -> bool:
+    """Whether one side is the other with characters written as escape sequences (`'` -> `\u0027`)."""
+    for plain, escaped in ((deleted, inserted), (inserted, deleted)):
+        if escaped and _ESCAPE.search(escaped) and plain and \
+                _ESCAPE.sub("\x00", escaped).replace("\x00", "") == re.sub(r"[^\w\s]", "", plain):
+            return True
+    return False
+
+
 def difference_class(reference: str, engine: str) -> str:
     """How two rendered texts differ, in one word."""
     if not engine and reference:
@@ -83,6 +97,8 @@ def difference_class(reference: str, engine: str) -> str:
     pairs = raw_edits(reference, engine)
     if pairs and all(_ws(d) and _ws(i) for d, i in pairs):
         return "whitespace"
+    if pairs and all(_escapes(d, i) for d, i in pairs):
+        return "escapes"
     if sorted(reference) == sorted(engine):
         return "order"
     if reference.lower() == engine.lower():
@@ -108,7 +124,13 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
               ignores_template: bool = False) -> str:
     """The clustering key of a reduced reproducer. An engine that ignores the template (it renders the case
     the same with an empty one) is keyed by that and the kind of difference, not by the template's constructs."""
-    names = "(ignores the template)" if ignores_template else ",".join(culprits(constructs))
+    found = culprits(constructs)
+    if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY) and \
+            "raise_exception" not in symptom.refusal:
+        # The engine refuses for a reason of its own; a `raise_exception()` the reproducer keeps only makes the
+        # reference refuse too (raised-differently): the same refusal where the reference renders is one cause.
+        found = [name for name in found if name != "global:raise_exception"]
+    names = "(ignores the template)" if ignores_template else ",".join(found)
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
         kind = "refuses|" + symptom.refusal
     elif symptom.status == Status.ENGINE_RENDERED:
@@ -117,18 +139,28 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         kind = "diverges"  # its own format against each template's: the edits say nothing more
     else:
         cls = difference_class(reference.text, engine.text)
-        kind = "diverges|" + cls
         pairs = raw_edits(reference.text, engine.text)
         if cls == "whitespace":
-            kind += "|" + _whitespace_direction(pairs)
-        elif cls in ("omits", "adds", "text", "case", "quotes"):
-            kind += "|" + "|".join(sorted({f"{shape(d)}>{shape(i)}" for d, i in pairs}))
+            # which whitespace, once per run: a missing trim_blocks (newlines) is not a missing lstrip_blocks
+            kind = "diverges|whitespace|" + _whitespace_direction(pairs) + "|" + "|".join(
+                sorted({f"{shape(d)}>{shape(i)}" for d, i in pairs}))
+        elif names and cls in ("omits", "adds", "text", "nothing"):
+            # A construct that misbehaves is one behaviour whatever text the template around it prints: its
+            # reproducer's literals are the template's, not the engine's (loop.last printing one more `<`
+            # and one fewer `\n` is one bug).
+            kind = "diverges|text"
+        else:
+            kind = "diverges|" + cls
+            if cls in ("omits", "adds", "text", "case", "quotes"):
+                kind += "|" + "|".join(sorted({f"{shape(d)}>{shape(i)}" for d, i in pairs}))
     return f"{names}#{kind}"
 
 
 def shape(text: str) -> str:
-    """An edit's text as a key sees it: normalised (signature.normalise_text: runs of words and numbers read
-    as one `…`, quotes, brackets, markup and keywords kept), at most EDIT_LIMIT characters."""
+    """An edit's text as a key sees it: special tokens (`<s>`, `<|begin_of_text|>`) as one `<tok>`, escape
+    sequences as one `\\u`, then normalised (signature.normalise_text: runs of words and numbers read as one
+    `a`, quotes, brackets, markup and keywords kept), at most EDIT_LIMIT characters."""
+    text = _ESCAPE.sub("\\\\u", _TOKEN.sub("<tok>", text))
     return normalise_text(text)[:EDIT_LIMIT]
 
 
@@ -168,10 +200,19 @@ def subject(names: list) -> str:
     return text + (" ..." if len(names) > 3 else "")
 
 
+_CONTROL = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _quote(text: str, limit: int = 24) -> str:
-    shown = text.encode("unicode_escape").decode("ascii").replace("`", "'")
+    """Text as a title quotes it: exactly, control characters written as escapes (a backslash the text prints
+    stays one backslash), cut at a word or mark boundary past `limit` characters."""
+    shown = "".join(_CONTROL.get(c, c if c.isprintable() else c.encode("unicode_escape").decode("ascii"))
+                    for c in text).replace("`", "'")
     if len(shown) > limit:
-        shown = shown[:limit] + "…"
+        cut = limit
+        while cut > limit // 2 and shown[cut - 1].isalnum() and shown[cut].isalnum():
+            cut -= 1
+        shown = shown[:cut] + "…"
     return f"`{shown}`" if shown else "nothing"
 
 
@@ -231,4 +272,8 @@ def _middles(a: str, b: str) -> tuple:
 
 
 def _shorten(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    """A message cut to `limit` characters at a word boundary (never mid-word)."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit - 1)
+    return text[:cut if cut > limit // 2 else limit - 1].rstrip() + " …"

@@ -23,6 +23,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Callable, Generator, Optional, Sequence
 
+from conformance.explain import minimal
 from conformance.explain import template as tpl
 from conformance.explain.signature import Symptom, compare
 from conformance.judge.status import Status
@@ -34,6 +35,7 @@ MAX_ROUNDS = 4
 # quadratically many renders.
 MAX_GRANULARITY = 32
 SPECULATE = 8            # candidates of one round of a case ddmin rendered together
+ONESTEP_BATCH = 8        # one-step candidates (minimal.py) rendered together, smallest first
 STRING_KEEP = 1          # a string is shortened no further than this many characters (then tried empty)
 PROBE_TEMPLATE = "chatgold probe"   # the "does the engine read the template at all" probe (template_ignored)
 
@@ -234,6 +236,9 @@ class Reduction:
                 # costs a template compile, or a llama-server start).
                 if _canonical(conversation) == before:
                     break
+            # Last, until no single registered step keeps the difference: the reproducer is 1-minimal.
+            self.phase = "onestep"
+            yield from self.onestep()
         except BudgetSpent:
             self.complete = False
         request, pair, symptom = self.best
@@ -253,6 +258,42 @@ class Reduction:
             return NotReproduced(reason, self.renders)
         request, pair, symptom = self.best
         return Found(request, pair[0], pair[1], symptom, self.renders, True, dict(self.phase_renders), True)
+
+    def onestep(self) -> Steps:
+        """Apply the registered single steps (minimal.SHRINKS) to the best pair until none keeps the
+        difference: step by step, each step's candidates smallest first; after a step is accepted, its
+        candidates are listed anew and tried from where the accepted one stood (those before it were just
+        seen to fail). The last sweep tries every candidate of every step and accepts none: 1-minimal."""
+        changed = True
+        while changed:
+            changed = False
+            for name in minimal.steps(self.reduce_template):
+                start = 0
+                while True:
+                    request = self.best[0]
+                    listed = minimal.candidates(request.template, conversation_dict(request.conversation),
+                                                template=self.reduce_template, parse=self.check_parse, only=name)
+                    at = yield from self._first_keeping(listed, start)
+                    if at is None:
+                        break
+                    changed, start = True, at
+
+    def _first_keeping(self, listed: list, start: int) -> Steps:
+        """The index of the first candidate from `start` on that keeps the difference (made the best), or None.
+        A candidate that renamed a literal keeps it renamed (minimal.keeps); the target follows the rename."""
+        for offset in range(start, len(listed), ONESTEP_BATCH):
+            chunk = listed[offset:offset + ONESTEP_BATCH]
+            requests = [self._request(source, conv) for _, _, source, conv, _ in chunk]
+            pairs = yield from self.render(requests)
+            for index, (candidate, pair) in enumerate(zip(requests, pairs)):
+                symptom = compare(*pair)
+                rename = chunk[index][4]
+                if minimal.keeps(symptom, self.target, self.best[1], rename):
+                    if rename is not None and symptom.status == Status.DIVERGED:
+                        self.target = replace(self.target, edits=symptom.edits, first=symptom.first)
+                    self.best = (candidate, pair, symptom)
+                    return offset + index
+        return None
 
     # -- generic ddmin ---------------------------------------------------------------------------------
     def prefetch(self, candidates: list) -> Steps:

@@ -37,6 +37,7 @@ _ALNUM = re.compile(r"[^\W_]")
 _WORDS = re.compile(r"a(?:[ ,.:;'-]*a)*")   # a run of words, with spaces and light punctuation between
 _NUMBERS = re.compile(r"0(?:[.,]0)*")
 _LETTERS = re.compile(r"[^\W\d_]+")
+_RUNS = re.compile(r"(\s)\1+")
 # Engine location suffixes and positions that change as a template shrinks.
 _LOCATION = re.compile(r"\s*\((?:in|at) [^()]*:\d+(?::\d+)?\)|\bat (?:row|line) \d+,? (?:col(?:umn)? \d+)?"
                        r"|\bline \d+\b|\bcolumn \d+\b")
@@ -94,6 +95,10 @@ def normalise_text(text: str) -> str:
     reducer shortens, or another case words differently, does not make the same edit look new)."""
     if len(text) <= SHORT_WORD and text.isalpha():
         return text
+    if text and not text.strip():
+        # whitespace: a run of one character is that character once (an indentation's width is the
+        # template's, not the engine's: the same missing lstrip_blocks at any depth)
+        return _RUNS.sub(r"\1", text)
     text = _LETTERS.sub("a", _DIGITS.sub("0", text))
     return _NUMBERS.sub("0", _WORDS.sub("a", text))
 
@@ -119,6 +124,10 @@ def _raw_edits(a: str, b: str) -> list:
     suffix = 0
     while suffix < limit - prefix and a[len(a) - 1 - suffix] == b[len(b) - 1 - suffix]:
         suffix += 1
+    if prefix + suffix == limit and len(a) != len(b):
+        slid = _slid_insertion(a, b, prefix)
+        if slid is not None:
+            return [slid]
     # back to word boundaries: a word is compared whole
     while prefix > 0 and a[prefix - 1].isalnum():
         prefix -= 1
@@ -134,6 +143,21 @@ def _raw_edits(a: str, b: str) -> list:
     if len(a_tokens) * len(b_tokens) > TOKEN_DIFF_LIMIT:
         return _line_edits(a, b)
     return _token_edits(a_tokens, b_tokens)
+
+
+def _slid_insertion(a: str, b: str, at: int) -> Optional[tuple]:
+    """One side inserts a piece at `at`: the piece slid to its leftmost place, so a repeated piece is the piece
+    itself (`<s><s>x` against `<s>x` inserts `<s>`, not `s><`); None when it then starts or ends inside a word
+    (a word is compared whole: the caller's diff does that)."""
+    long_, width = (b, len(b) - len(a)) if len(b) > len(a) else (a, len(a) - len(b))
+    while at > 0 and long_[at - 1] == long_[at + width - 1]:
+        at -= 1
+    end = at + width
+    if (at > 0 and long_[at - 1].isalnum() and long_[at].isalnum()) or \
+            (end < len(long_) and long_[end - 1].isalnum() and long_[end].isalnum()):
+        return None
+    piece = long_[at:end]
+    return ("", piece) if len(b) > len(a) else (piece, "")
 
 
 def _line_edits(a: str, b: str) -> list:

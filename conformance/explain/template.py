@@ -569,13 +569,16 @@ def _smaller(node) -> Iterator:
     elif isinstance(node, nodes.Dict) and node.items:
         for index in range(len(node.items)):
             yield nodes.Dict(node.items[:index] + node.items[index + 1:])
-    elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Slice):
-        # the sequence itself: a slice the difference does not need (`messages[::-1]` from an unrolled
-        # reversed loop) would otherwise stay in the reproducer and be taken for a culprit
+    elif isinstance(node, (nodes.Getitem, nodes.Getattr)):
+        # a shorter path: `tools[0].function` -> `tools[0]`, and a slice the difference does not need
+        # (`messages[::-1]` from an unrolled reversed loop) that would otherwise be taken for a culprit
         yield node.node
     elif isinstance(node, nodes.Const) and isinstance(node.value, str) and len(node.value) > 1:
         yield nodes.Const("")
+        yield nodes.Const(node.value[:1])
         yield nodes.Const(node.value[: len(node.value) // 2])
+        yield nodes.Const(node.value[1:])
+        yield nodes.Const(node.value[:-1])
 
 
 def _children(node) -> list:
@@ -846,3 +849,42 @@ def neutral_variant(source: str) -> str:
                 return source[:at] + " " + source[at:]
         offset += len(leaf.text)
     return NEUTRAL_PREFIX + source
+
+
+def literal_variants(leaf: Leaf) -> Iterator[tuple]:
+    """(tag, old, new): the tag with one string literal of its expression shortened (emptied, its first
+    character, its first half, without its first or last character), with the literal's value before and after:
+    a reducer expects the printed difference to change the same way (a literal the difference prints is
+    renamed in it)."""
+    parts = split_tag(leaf.text)
+    if parts is None:
+        return
+    opening, inner, closing = parts
+    if leaf.kind == "output":
+        head, expr_text, tail = "", inner, ""
+    elif leaf.kind == "stmt" and leaf.keyword in _STMT_EXPR:
+        match = _STMT_EXPR[leaf.keyword].match(inner)
+        if not match:
+            return
+        head, expr_text, tail = match.group(1), match.group(2), match.group(3) or ""
+    else:
+        return
+    node = _parse_expr(expr_text)
+    if node is None:
+        return
+    consts = [node] if isinstance(node, nodes.Const) else list(node.find_all(nodes.Const))
+    for const in consts:
+        value = const.value
+        if not isinstance(value, str) or not value:
+            continue
+        for cut in dict.fromkeys(["", value[:1], value[:len(value) // 2], value[1:], value[:-1]]):
+            if cut == value:
+                continue
+            const.value = cut
+            try:
+                printed = PRINTER.expr(node)
+            except Exception:  # a node the printer does not take: no variant
+                continue
+            finally:
+                const.value = value
+            yield replace(leaf, text=f"{opening} {head}{printed}{tail} {closing}"), value, cut
