@@ -206,7 +206,8 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
             unexplained.append(_unexplained(result, "no golden to compare with" if symptom is None else
                                             "the golden and the engine's outcome no longer differ"))
             continue
-        groups.setdefault((result.template_id, symptom.key()), (symptom, []))[1].append(result)
+        # one group per (template, first difference): what a reduction keeps (signature.Symptom.keeps)
+        groups.setdefault((result.template_id, symptom.first_key()), (symptom, []))[1].append(result)
 
     beyond: dict = {}   # group -> why it is not reduced (past the per-template limit)
     if max_groups:

@@ -141,9 +141,11 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         cls = difference_class(reference.text, engine.text)
         pairs = raw_edits(reference.text, engine.text)
         if cls == "whitespace":
-            # which whitespace, once per run: a missing trim_blocks (newlines) is not a missing lstrip_blocks
-            kind = "diverges|whitespace|" + _whitespace_direction(pairs) + "|" + "|".join(
-                sorted({f"{shape(d)}>{shape(i)}" for d, i in pairs}))
+            kind = "diverges|whitespace|" + _whitespace_direction(pairs)
+            if not names:
+                # which whitespace, once per run: a missing trim_blocks (newlines) is not a missing
+                # lstrip_blocks (indentation); a construct's whitespace is the construct's, whichever it is
+                kind += "|" + "|".join(sorted({f"{shape(d)}>{shape(i)}" for d, i in pairs}))
         elif names and cls in ("omits", "adds", "text", "nothing"):
             # A construct that misbehaves is one behaviour whatever text the template around it prints: its
             # reproducer's literals are the template's, not the engine's (loop.last printing one more `<`

@@ -69,8 +69,15 @@ class Symptom:
             return bool(self.edits) and self.edits <= target.edits
         return self.refusal == target.refusal
 
+    def first_key(self) -> str:
+        """A canonical text, equal for symptoms that are the same difference (grouping): the first edit of
+        different bytes, the refusal of a refusal."""
+        if self.status == Status.DIVERGED and self.first:
+            return f"{self.status}\x1d{self.first[0]}\x1f{self.first[1]}"
+        return self.key()
+
     def key(self) -> str:
-        """A canonical text, equal for equal symptoms (grouping, cache keys)."""
+        """A canonical text, equal for equal symptoms (cache keys)."""
         if self.status == Status.DIVERGED:
             body = "\x1e".join(f"{d}\x1f{i}" for d, i in sorted(self.edits))
         else:
@@ -212,11 +219,62 @@ def edits(reference: str, engine: str) -> frozenset:
     return frozenset((normalise_text(d), normalise_text(i)) for d, i in _raw_edits(reference, engine))
 
 
+FIRST_WINDOW = 400   # tokens of each side, past the common prefix, that the first edit is looked for in
+
+
+def first_edit(reference: str, engine: str) -> tuple:
+    """The first (deleted, inserted) edit in text order, raw: looked for in a window of tokens past the common
+    prefix, so it is the same local edit however long and however different the rest is (a whole-text diff of
+    long texts falls back to lines, and a block edit would hold everything the case prints)."""
+    raw = _raw_edits(reference[:_window_end(reference, engine)], engine[:_window_end(engine, reference)])
+    first = raw[0] if raw else (_raw_edits(reference, engine) or [()])[0]
+    return _refined(*first) if first else first
+
+
+REFINE_LIMIT = 600
+
+
+def _refined(deleted: str, inserted: str) -> tuple:
+    """A replacement that a token diff made one block (an indentation removed all through a JSON object aligns
+    no token of one side with the other) narrowed to its first character-level change, widened to whole words:
+    the first difference, not everything after it."""
+    if not deleted or not inserted or (len(deleted) <= SHORT_WORD and len(inserted) <= SHORT_WORD):
+        return deleted, inserted
+    a, b = deleted[:REFINE_LIMIT], inserted[:REFINE_LIMIT]
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        while i1 > 0 and j1 > 0 and a[i1 - 1].isalnum() and b[j1 - 1].isalnum():
+            i1, j1 = i1 - 1, j1 - 1
+        while (i2 < len(a) and a[i2].isalnum() and (i2 == 0 or a[i2 - 1].isalnum())) or \
+                (j2 < len(b) and b[j2].isalnum() and (j2 == 0 or b[j2 - 1].isalnum())):
+            if i2 < len(a) and a[i2].isalnum() and (i2 == 0 or a[i2 - 1].isalnum()):
+                i2 += 1
+            if j2 < len(b) and b[j2].isalnum() and (j2 == 0 or b[j2 - 1].isalnum()):
+                j2 += 1
+        return a[i1:i2], b[j1:j2]
+    return deleted, inserted
+
+
+def _window_end(a: str, b: str) -> int:
+    prefix = 0
+    limit = min(len(a), len(b))
+    while prefix < limit and a[prefix] == b[prefix]:
+        prefix += 1
+    end, count = prefix, 0
+    for match in _TOKENS.finditer(a, prefix):
+        end, count = match.end(), count + 1
+        if count >= FIRST_WINDOW:
+            return end
+    return len(a)
+
+
 def diverged(reference: str, engine: str) -> Symptom:
-    """The symptom of two different texts: their normalised edits, and the first of them in text order."""
+    """The symptom of two different texts: their normalised edits, and the first edit in text order."""
     raw = _raw_edits(reference, engine)
-    normalised = [(normalise_text(d), normalise_text(i)) for d, i in raw]
-    return Symptom(Status.DIVERGED, frozenset(normalised), first=normalised[0] if normalised else ())
+    first = first_edit(reference, engine) if raw else ()
+    return Symptom(Status.DIVERGED, frozenset((normalise_text(d), normalise_text(i)) for d, i in raw),
+                   first=(normalise_text(first[0]), normalise_text(first[1])) if first else ())
 
 
 def raw_edits(reference: str, engine: str) -> list:
