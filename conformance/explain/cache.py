@@ -23,7 +23,7 @@ from conformance.files import ENCODING_ERRORS, atomic_write
 # an empty engine output no longer reads as "the engine ignores the template". 5: slices are dropped when the
 # difference does not need them. 6: the "ignores the template" probe renders a plain-text template, not an empty
 # one (llama.cpp puts ChatML in place of an empty template).
-REDUCER_VERSION = 13
+REDUCER_VERSION = 14
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks
 

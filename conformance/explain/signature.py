@@ -219,54 +219,46 @@ def edits(reference: str, engine: str) -> frozenset:
     return frozenset((normalise_text(d), normalise_text(i)) for d, i in _raw_edits(reference, engine))
 
 
-FIRST_WINDOW = 400   # tokens of each side, past the common prefix, that the first edit is looked for in
+FIRST_WINDOW = 600   # characters of each side, past the common prefix, that the first edit is looked for in
 
 
 def first_edit(reference: str, engine: str) -> tuple:
-    """The first (deleted, inserted) edit in text order, raw: looked for in a window of tokens past the common
-    prefix, so it is the same local edit however long and however different the rest is (a whole-text diff of
-    long texts falls back to lines, and a block edit would hold everything the case prints)."""
-    raw = _raw_edits(reference[:_window_end(reference, engine)], engine[:_window_end(engine, reference)])
-    first = raw[0] if raw else (_raw_edits(reference, engine) or [()])[0]
-    return _refined(*first) if first else first
-
-
-REFINE_LIMIT = 600
-
-
-def _refined(deleted: str, inserted: str) -> tuple:
-    """A replacement that a token diff made one block (an indentation removed all through a JSON object aligns
-    no token of one side with the other) narrowed to its first character-level change, widened to whole words:
-    the first difference, not everything after it."""
-    if not deleted or not inserted or (len(deleted) <= SHORT_WORD and len(inserted) <= SHORT_WORD):
-        return deleted, inserted
-    a, b = deleted[:REFINE_LIMIT], inserted[:REFINE_LIMIT]
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            continue
-        while i1 > 0 and j1 > 0 and a[i1 - 1].isalnum() and b[j1 - 1].isalnum():
-            i1, j1 = i1 - 1, j1 - 1
-        while (i2 < len(a) and a[i2].isalnum() and (i2 == 0 or a[i2 - 1].isalnum())) or \
-                (j2 < len(b) and b[j2].isalnum() and (j2 == 0 or b[j2 - 1].isalnum())):
-            if i2 < len(a) and a[i2].isalnum() and (i2 == 0 or a[i2 - 1].isalnum()):
-                i2 += 1
-            if j2 < len(b) and b[j2].isalnum() and (j2 == 0 or b[j2 - 1].isalnum()):
-                j2 += 1
-        return a[i1:i2], b[j1:j2]
-    return deleted, inserted
-
-
-def _window_end(a: str, b: str) -> int:
+    """The first (deleted, inserted) edit in text order, raw: the first change of a character diff of a window
+    past the common prefix, so it is the same local edit however long and however different the rest is (a
+    whole-text diff of long texts falls back to lines, and an indentation dropped all through a JSON object
+    aligns no token of one side with the other). An insertion or deletion is slid to its leftmost place
+    (`<s><s>x` against `<s>x` inserts `<s>`); a change inside a word is widened to the whole word."""
+    a, b = reference, engine
     prefix = 0
     limit = min(len(a), len(b))
     while prefix < limit and a[prefix] == b[prefix]:
         prefix += 1
-    end, count = prefix, 0
-    for match in _TOKENS.finditer(a, prefix):
-        end, count = match.end(), count + 1
-        if count >= FIRST_WINDOW:
-            return end
-    return len(a)
+    if prefix == len(a) == len(b):
+        return ()
+    wa, wb = a[prefix:prefix + FIRST_WINDOW], b[prefix:prefix + FIRST_WINDOW]
+    ops = [op for op in difflib.SequenceMatcher(None, wa, wb, autojunk=False).get_opcodes() if op[0] != "equal"]
+    if not ops:   # the windows agree; the difference is past them (one side is longer)
+        ops = [("replace", len(wa), len(wa), len(wb), len(wb))]
+    _, i1, i2, j1, j2 = ops[0]
+    i1, i2, j1, j2 = i1 + prefix, i2 + prefix, j1 + prefix, j2 + prefix
+    # one side only: slide left while the piece's last character repeats just before it (all before the
+    # first change is common to both sides, so the piece stays a piece of the same texts)
+    if i1 == i2:
+        while j1 > 0 and i1 > 0 and b[j1 - 1] == b[j2 - 1]:
+            i1, i2, j1, j2 = i1 - 1, i2 - 1, j1 - 1, j2 - 1
+    elif j1 == j2:
+        while i1 > 0 and j1 > 0 and a[i1 - 1] == a[i2 - 1]:
+            i1, i2, j1, j2 = i1 - 1, i2 - 1, j1 - 1, j2 - 1
+    while i1 > 0 and j1 > 0 and a[i1 - 1].isalnum() and (
+            (i1 < len(a) and a[i1].isalnum()) or (j1 < len(b) and b[j1].isalnum())):
+        i1, j1 = i1 - 1, j1 - 1
+    while (i2 < len(a) and a[i2].isalnum() and i2 > 0 and a[i2 - 1].isalnum()) or \
+            (j2 < len(b) and b[j2].isalnum() and j2 > 0 and b[j2 - 1].isalnum()):
+        if i2 < len(a) and a[i2].isalnum() and i2 > 0 and a[i2 - 1].isalnum():
+            i2 += 1
+        if j2 < len(b) and b[j2].isalnum() and j2 > 0 and b[j2 - 1].isalnum():
+            j2 += 1
+    return a[i1:i2], b[j1:j2]
 
 
 def diverged(reference: str, engine: str) -> Symptom:
