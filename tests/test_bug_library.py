@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from conformance.explain import explain
-from conformance.explain.cache import ExplainCache
 from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
 from conformance.judge.status import NON_MATCHING
 from runners import get_runner
@@ -64,10 +63,10 @@ def alone(cells):
     return out
 
 
-def _explained(bugs, cells, reference, protocol=2, cache=None):
+def _explained(bugs, cells, reference, protocol=2):
     with buggy(*bugs, protocol=protocol) as runner:
         results = run(runner, cells, GoldenJudge(), tokens=False)
-        explanation = explain(results, runner, reference, requests_by_cell(cells), cache=cache)
+        explanation = explain(results, runner, reference, requests_by_cell(cells))
     failing = {r.key for r in results.results if r.status in NON_MATCHING}
     return results, failing, explanation
 

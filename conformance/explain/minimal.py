@@ -178,8 +178,9 @@ def steps(template: bool = True) -> list:
 def candidates(source: str, conversation: dict, template: bool = True, parse: bool = True,
                only: Optional[str] = None) -> list:
     """Every candidate one registered step smaller than (source, conversation), smallest first, each once,
-    as (size, step name, source, conversation, rename: (old, new) or None). `template`: include the template steps; `parse`: only
-    candidates whose template parses (with the reference's tags); `only`: one step's candidates."""
+    as (size, step name, source, conversation, rename: (old, new) or None). `template`: include the template
+    steps; `parse`: only candidates whose template parses (with the reference's tags); `only`: one step's
+    candidates."""
     here = size(source, conversation)
     seen, out = set(), []
     for name, (kind, function) in SHRINKS.items():
