@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from conformance.explain import explain
+from conformance.explain.minimal import is_one_minimal
 from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
 from conformance.judge.status import NON_MATCHING
 from runners import get_runner
@@ -63,10 +64,14 @@ def alone(cells):
     return out
 
 
-def _explained(bugs, cells, reference, protocol=2):
+def _explained(bugs, cells, reference, protocol=2, minimal=False):
     with buggy(*bugs, protocol=protocol) as runner:
         results = run(runner, cells, GoldenJudge(), tokens=False)
         explanation = explain(results, runner, reference, requests_by_cell(cells))
+        if minimal:   # every reproducer is 1-minimal: no registered single step keeps its difference
+            for cause in explanation.causes:
+                verdict = is_one_minimal(cause.repro(), runner, reference)
+                assert verdict, f"{cause.title}: {verdict.reason or verdict.kept[0]}"
     failing = {r.key for r in results.results if r.status in NON_MATCHING}
     return results, failing, explanation
 
@@ -86,7 +91,7 @@ def test_the_bug_free_harness_gets_100_percent_and_no_cause(cells, reference, pr
 
 @pytest.mark.parametrize("bug", BUGS)
 def test_each_bug_alone_is_one_cause_with_exactly_its_cells(bug, cells, reference, alone):
-    results, failing, explanation = _explained((bug,), cells, reference)
+    results, failing, explanation = _explained((bug,), cells, reference, minimal=True)
     assert failing == alone[bug]
     assert explanation.unexplained == []
     assert len(explanation.causes) == 1, _describe(explanation)
