@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from conformance.checkrun import check_cells as run
 from conformance.explain import explain
 from conformance.explain.minimal import is_one_minimal
-from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell, run
+from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell
 from conformance.judge.status import NON_MATCHING
 from runners import get_runner
 
