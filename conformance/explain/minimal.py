@@ -43,8 +43,9 @@ def size(source: str, conversation: dict) -> tuple:
 # A step yields (source, conversation) or (source, conversation, (old, new)): a literal shortened from `old` to
 # `new`, which the printed difference may contain (the reducer then expects it renamed there).
 
-@shrink("shorter-literal", "template")
-def _shorter_literal(source: str, conversation: dict) -> Iterator[Candidate]:
+def _tag_variants(source: str, variants_of: Callable) -> Iterator[tuple]:
+    """Each output or statement tag (a block's opening tag included) replaced by each of its variants:
+    yields (source, *extra) where extra is whatever the variant function gave beside the new tag."""
     from dataclasses import replace
 
     tree = tpl.build_tree(source)
@@ -53,10 +54,16 @@ def _shorter_literal(source: str, conversation: dict) -> Iterator[Candidate]:
         leaf = node.arms[0].tag if isinstance(node, tpl.Block) else node
         if leaf.kind not in ("output", "stmt"):
             continue
-        for variant, old, new in tpl.literal_variants(leaf):
+        for variant, *extra in variants_of(leaf):
             replacement = (replace(node, arms=(replace(node.arms[0], tag=variant),) + node.arms[1:]),) \
                 if isinstance(node, tpl.Block) else (variant,)
-            yield tpl.source_of(tpl.replace_at(tree, path, replacement)), conversation, (old, new)
+            yield (tpl.source_of(tpl.replace_at(tree, path, replacement)), *extra)
+
+
+@shrink("shorter-literal", "template")
+def _shorter_literal(source: str, conversation: dict) -> Iterator[Candidate]:
+    for candidate, old, new in _tag_variants(source, tpl.literal_variants):
+        yield candidate, conversation, (old, new)
 
 
 @shrink("drop-node", "template")
@@ -78,18 +85,8 @@ def _smaller_block(source: str, conversation: dict) -> Iterator[Candidate]:
 
 @shrink("simpler-expression", "template")
 def _simpler_expression(source: str, conversation: dict) -> Iterator[Candidate]:
-    from dataclasses import replace
-
-    tree = tpl.build_tree(source)
-    for path in tpl.all_paths(tree):
-        node = tpl.node_at(tree, path)
-        leaf = node.arms[0].tag if isinstance(node, tpl.Block) else node
-        if leaf.kind not in ("output", "stmt"):
-            continue
-        for variant in tpl.expression_variants(leaf):
-            new = (replace(node, arms=(replace(node.arms[0], tag=variant),) + node.arms[1:]),) \
-                if isinstance(node, tpl.Block) else (variant,)
-            yield tpl.source_of(tpl.replace_at(tree, path, new)), conversation
+    for (candidate,) in _tag_variants(source, lambda leaf: ((v,) for v in tpl.expression_variants(leaf))):
+        yield candidate, conversation
 
 
 @shrink("shorter-text", "template")

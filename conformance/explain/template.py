@@ -651,28 +651,35 @@ _STMT_EXPR = {
 }
 
 
-def expression_variants(leaf: Leaf, limit: int = 40) -> Iterator[Leaf]:
-    """The tag with its expression simplified one step (at most `limit` variants, simplest changes first)."""
+def _tag_expression(leaf: Leaf) -> Optional[tuple]:
+    """(opening, head, expression, tail, closing) of an output tag or a statement with one expression, so
+    that f"{opening} {head}{expression}{tail} {closing}" is the tag again; None for any other tag."""
     parts = split_tag(leaf.text)
     if parts is None:
-        return
+        return None
     opening, inner, closing = parts
     if leaf.kind == "output":
-        head, expr_text, tail = "", inner, ""
-    elif leaf.kind == "stmt" and leaf.keyword in _STMT_EXPR:
+        return opening, "", inner, "", closing
+    if leaf.kind == "stmt" and leaf.keyword in _STMT_EXPR:
         match = _STMT_EXPR[leaf.keyword].match(inner)
-        if not match:
-            return
-        head, expr_text, tail = match.group(1), match.group(2), match.group(3) or ""
-        if leaf.keyword == "for":
-            # `for x in items if cond`: the filter condition is a variant of its own
-            condition = _split_for_condition(expr_text)
-            if condition is not None:
-                yield replace(leaf, text=f"{opening} {head}{condition[0]}{tail} {closing}")
-                expr_text = condition[0]
-                tail = f" if {condition[1]}{tail}"
-    else:
+        if match:
+            return opening, match.group(1), match.group(2), match.group(3) or "", closing
+    return None
+
+
+def expression_variants(leaf: Leaf, limit: int = 40) -> Iterator[Leaf]:
+    """The tag with its expression simplified one step (at most `limit` variants, simplest changes first)."""
+    parts = _tag_expression(leaf)
+    if parts is None:
         return
+    opening, head, expr_text, tail, closing = parts
+    if leaf.kind == "stmt" and leaf.keyword == "for":
+        # `for x in items if cond`: the filter condition is a variant of its own
+        condition = _split_for_condition(expr_text)
+        if condition is not None:
+            yield replace(leaf, text=f"{opening} {head}{condition[0]}{tail} {closing}")
+            expr_text = condition[0]
+            tail = f" if {condition[1]}{tail}"
     node = _parse_expr(expr_text)
     if node is None:
         return
@@ -856,19 +863,10 @@ def literal_variants(leaf: Leaf) -> Iterator[tuple]:
     character, its first half, without its first or last character), with the literal's value before and after:
     a reducer expects the printed difference to change the same way (a literal the difference prints is
     renamed in it)."""
-    parts = split_tag(leaf.text)
+    parts = _tag_expression(leaf)
     if parts is None:
         return
-    opening, inner, closing = parts
-    if leaf.kind == "output":
-        head, expr_text, tail = "", inner, ""
-    elif leaf.kind == "stmt" and leaf.keyword in _STMT_EXPR:
-        match = _STMT_EXPR[leaf.keyword].match(inner)
-        if not match:
-            return
-        head, expr_text, tail = match.group(1), match.group(2), match.group(3) or ""
-    else:
-        return
+    opening, head, expr_text, tail, closing = parts
     node = _parse_expr(expr_text)
     if node is None:
         return
