@@ -386,3 +386,29 @@ def test_a_candidate_showing_a_second_difference_still_keeps_the_first():
     assert both.keeps(target)
     other_first = compare(Rendered("x y\nz"), Rendered("x  y\n\nz"))
     assert not other_first.keeps(target)
+
+
+def test_a_stored_reproducer_that_renders_as_recorded_is_not_stale():
+    """A baseline's symptoms were stored by an older comparison (e.g. a whitespace insertion `  ` that today's
+    normalises to ` `): a reproducer whose both sides still render the recorded bytes must not read "no longer
+    differs as recorded". MiniJinja's whole bundled baseline is checked as the gate checks it."""
+    from dataclasses import replace
+
+    from conformance.explain.baseline import check_known_causes
+    from conformance.judge.expectations import load_expectations
+
+    baseline = load_expectations("minijinja")
+    causes = list(baseline.causes.values())
+    [spaces] = [c for c in causes if c.symptom.get("edits") == [["", "  "]]]
+    engine, reference = get_runner("minijinja"), get_runner("hf", workers=2)
+    try:
+        answers = check_known_causes(causes, engine, reference)
+        stale = {cause_id: answer for cause_id, answer in answers.items() if isinstance(answer, str)}
+        assert stale == {}
+        # A reproducer that really stopped differing is still news.
+        repro = dict(spaces.repro, template="{{ '' }}")
+        [answer] = check_known_causes([replace(spaces, repro=repro)], engine, reference).values()
+        assert answer == "its reproducer no longer differs as recorded (now: match)"
+    finally:
+        engine.close()
+        reference.close()

@@ -19,7 +19,7 @@ from conformance.explain.reduce import Found
 from conformance.explain.signature import compare
 from conformance.judge.expectations import verdict
 from conformance.judge.status import NO_ANSWER, NON_MATCHING, Verdict, gain_if_fixed
-from runners.base import Conversation, RenderRequest
+from runners.base import Conversation, RenderRequest, outcome_from_dict
 
 
 def _repro_request(repro: dict) -> Optional[RenderRequest]:
@@ -28,6 +28,18 @@ def _repro_request(repro: dict) -> Optional[RenderRequest]:
                              repro.get("eos_token"))
     except (KeyError, TypeError, ValueError):
         return None
+
+
+def _recorded_symptom(cause: Cause):
+    """The difference the baseline recorded, as today's comparison sees it: worked out again from the recorded
+    outcomes of both sides (a symptom stored by an older comparison would make a reproducer that still renders
+    exactly as recorded look fixed); the stored symptom only where the outcomes were not recorded."""
+    repro = cause.repro or {}
+    try:
+        recorded = compare(outcome_from_dict(repro["reference"]), outcome_from_dict(repro["engine"]))
+    except (KeyError, TypeError, ValueError):
+        recorded = None
+    return recorded if recorded is not None and recorded.differs else _symptom_from_dict(cause.symptom)
 
 
 def check_known_causes(known: list, engine, reference) -> dict:
@@ -41,7 +53,7 @@ def check_known_causes(known: list, engine, reference) -> dict:
         requests.append(request)
         owners.append(cause)
     for cause, request, (ref, eng) in zip(owners, requests, render_pairs(reference, engine, requests)):
-        target = _symptom_from_dict(cause.symptom)
+        target = _recorded_symptom(cause)
         symptom = compare(ref, eng)
         if symptom is not None and symptom.keeps(target):
             answers[cause.id] = Found(request, ref, eng, symptom, 0, True)
