@@ -443,6 +443,7 @@ def test_max_mb_must_be_a_finite_number(tmp_path):
 @pytest.mark.parametrize("state", ["read-only", "a file", "foreign folder"])
 def test_an_unusable_store_is_left_with_a_warning_not_an_aborted_check(tmp_path, state):
     root = tmp_path / "store"
+    immutable = False
     if state == "a file":
         root.write_text("I am a file")
     elif state == "foreign folder":
@@ -451,8 +452,10 @@ def test_an_unusable_store_is_left_with_a_warning_not_an_aborted_check(tmp_path,
     else:
         root.mkdir()
         root.chmod(0o555)
-        if os.access(root, os.W_OK):  # root ignores permissions
-            pytest.skip("running as root: a read-only folder is writable")
+        if os.access(root, os.W_OK):
+            # root ignores permissions: the immutable attribute makes the folder read-only for root too
+            subprocess.run(["chattr", "+i", str(root)], check=True, capture_output=True)
+            immutable = True
     try:
         store = ResultStore(root)
         log = tmp_path / "log"
@@ -467,6 +470,8 @@ def test_an_unusable_store_is_left_with_a_warning_not_an_aborted_check(tmp_path,
         assert done.returncode in (0, 1) and "continuing without it" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr
     finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(root)], check=True, capture_output=True)
         if root.is_dir():
             root.chmod(0o755)
     if state == "a file":
