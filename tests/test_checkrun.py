@@ -11,7 +11,7 @@ SEQUENCER = "conformance.checkrun"
 # explain/baseline.py calls explain/causes.py's explain); anything else goes through the CheckRun.
 STAGES = {
     "render": {("conformance.render.stage", "render")},
-    "judge": {("conformance.judge.pipeline", "judge_outcomes")},
+    "judge": {("conformance.judge.pipeline", "judge_outcomes"), ("conformance.judge.classify", "result_for")},
     "tokens": {("conformance.judge.pipeline", "add_token_parity"), ("conformance.judge.tokens", "token_parity")},
     "explain": {("conformance.explain.baseline", "explain_with_baseline"), ("conformance.explain.causes", "explain"),
                 ("conformance.explain", "explain")},
@@ -19,8 +19,10 @@ STAGES = {
     "attribute": {("conformance.judge.attribution", "attribute_diverged")},
     "report": {("conformance.report", "build_report")},
 }
+# conformance.service.state: the service's POST /v1/check and /v1/check/batch (posted outcomes, judged through a
+# CheckRun whose render stage's source is what was posted).
 ENTRY_POINTS = ("conformance.cli.check", "conformance.cli.explain", "conformance.cli.history",
-                "conformance.cli.service", "conformance.gate.plugin")
+                "conformance.cli.service", "conformance.gate.plugin", "conformance.service.state")
 
 
 def _modules() -> dict:
@@ -84,3 +86,13 @@ def test_the_walk_sees_a_stage_call(tmp_path):
                      "    from conformance import report\n"
                      "    return judge_outcomes, apply_expectations, report.build_report\n")
     assert _stage_uses("conformance.cli.probe", probe) == {"judge", "verdict", "report"}
+
+
+def test_the_walk_sees_a_cell_judged_by_hand(tmp_path):
+    # The service once judged posted outcomes cell by cell with result_for instead of through a CheckRun.
+    probe = tmp_path / "state.py"
+    probe.write_text("def check_one(golden, outcome):\n"
+                     "    from conformance.judge.classify import result_for\n"
+                     "    return result_for('service', 't', 'c', golden, outcome)\n")
+    assert _stage_uses("conformance.service.state", probe) == {"judge"}
+    assert not _own("conformance.service.state", "judge")

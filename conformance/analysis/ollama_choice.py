@@ -17,7 +17,7 @@ def probe(text: str, bos_token: Optional[str], eos_token: Optional[str], templat
     """Every case rendered by the reference and by the ollama runner on this template: the counts, and the
     first case (in case order) the ollama runner does not pass, with its status and the engine's answer."""
     from conformance.corpus.cases import load_cases
-    from conformance.judge.classify import result_for
+    from conformance.judge.classify import classify
     from conformance.judge.goldens import Golden, golden_bytes
     from conformance.judge.status import NOT_JUDGED
     from runners import get_runner
@@ -33,10 +33,10 @@ def probe(text: str, bos_token: Optional[str], eos_token: Optional[str], templat
     first = None
     for case, want, got in zip(cases, expected, outcomes):
         golden = Golden(*golden_bytes(want)) if want.kind in ("rendered", "raised") else None
-        result = result_for("ollama", template_id, case.id, golden, got)
+        result = classify(golden, got)  # the reference's render of this cell stands in for its golden
         if result.status in NOT_JUDGED:
             counts["not judged"] += 1
-        elif result.passed:
+        elif result.status.passed:
             counts["passed"] += 1
         else:
             counts["failed"] += 1

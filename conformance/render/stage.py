@@ -3,7 +3,9 @@
 Rendering is the flow's runner -> outcome step; what an outcome means is the judge's business (judge/)."""
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+from runners.base import Errored, Outcome, RenderRequest, Runner
 
 
 def render(runner, cells: Sequence, progress: Optional[Callable[[int, int], None]] = None,
@@ -32,3 +34,26 @@ def runner_info(runner, seconds: Optional[float] = None) -> dict:
     if facts:
         info["template_facts"] = facts
     return info
+
+
+class Posted(Runner):
+    """Outcomes an engine produced elsewhere, as the render stage's source: the service's POST /v1/check is
+    posted what an engine rendered and judges it through the same CheckRun as a local runner. Never cached
+    (no identity), never held against a baseline the suite ships; each request is answered with the outcome
+    posted with it (by identity, so a cell posted twice keeps both outcomes)."""
+
+    name = "service"
+    suite_baseline = False
+    version = "posted"
+
+    def __init__(self, posted: Iterable[tuple]):
+        self._outcomes = {id(request): outcome for request, outcome in posted}
+
+    def render(self, request: RenderRequest) -> Outcome:
+        outcome = self._outcomes.get(id(request))
+        if outcome is None:
+            return Errored(f"no outcome was posted for {request.template_id}/{request.case_id}")
+        return outcome
+
+    def render_many(self, requests: Iterable[RenderRequest]) -> Iterator[Outcome]:
+        return (self.render(request) for request in requests)

@@ -108,8 +108,10 @@ class ServiceJudge:
         self.attribute = attribute
 
     def judge(self, runner_name: str, cells) -> list:
-        from conformance.judge.classify import result_for
+        from conformance.judge.pipeline import GoldenJudge
         from runners.base import Raised, RefusalKind, Rendered
+
+        local = GoldenJudge(lambda template_id, case_id: None)  # what needs no golden
 
         remote = []
         for template_id, case_id, outcome in cells:
@@ -126,7 +128,7 @@ class ServiceJudge:
             if isinstance(outcome, (Rendered, Raised)):
                 results.append(_result_from_service(runner_name, next(judged), outcome))
             else:
-                results.append(result_for(runner_name, template_id, case_id, None, outcome))
+                results.append(local.judge_one(runner_name, template_id, case_id, outcome))
         return results
 
 

@@ -32,7 +32,7 @@ from conformance.service.models import (
     TemplateList,
 )
 from conformance.service.limits import MAX_TEMPLATE_BYTES
-from conformance.service.state import State, attribute, check_one, render_goldens, summary_of
+from conformance.service.state import State, attribute, check_cells, render_goldens, summary_of
 from conformance.service.workers import Busy
 
 _ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 413: {"model": ErrorBody},
@@ -119,28 +119,19 @@ async def check(cell: CheckRequest,
                 state: State = Depends(service_state)):
     # Classifying is a file read and a byte compare: done on the event loop (a thread hop costs more).
     # Attribution re-renders the template: in the attribution pool, never here.
-    result = check_one(state, cell)
+    result = check_cells(state, [cell], numbered=False)[0]
     if attribute_divergence:
         await attribute(state, [result])
     return result
 
 @router.post("/v1/check/batch", response_model=BatchResult, responses=_ERRORS, tags=["check"])
 async def check_batch(batch: BatchRequest, state: State = Depends(service_state)):
-    results = await run_in_threadpool(_classify_batch, state, batch.cells)
+    results = await run_in_threadpool(check_cells, state, batch.cells)
     if batch.attribute:
         await attribute(state, results)
     from conformance.judge.pipeline import summary_of as batch_summary
 
     return {"results": results, "summary": batch_summary(results)}
-
-def _classify_batch(state: State, cells: list) -> list:
-    results = []
-    for index, cell in enumerate(cells):
-        try:
-            results.append(check_one(state, cell))
-        except HTTPException as exc:
-            raise HTTPException(exc.status_code, f"cells[{index}]: {exc.detail}") from None
-    return results
 
 @router.post("/v1/goldens", response_model=GoldensResult, responses={**_ERRORS, **_BUSY}, tags=["reference"])
 async def new_goldens(body: GoldensRequest, state: State = Depends(service_state)):

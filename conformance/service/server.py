@@ -41,7 +41,7 @@ from conformance.service.middleware import (
 )
 from conformance.service.models import JSONBody
 from conformance.service.routes import build_listing, router
-from conformance.service.state import State, check_one, summary_of  # noqa: F401  (the service's API)
+from conformance.service.state import State, check_cells, summary_of  # noqa: F401  (the service's API)
 from conformance.service.workers import RateLimiter
 
 

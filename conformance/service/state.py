@@ -1,5 +1,5 @@
 """What the service loads once per process (corpus, cases, the pools, the result store) and the work its
-routes do: summaries, classifying a cell, attribution in its pool, new goldens in the reference's pool."""
+routes do: summaries, judging posted cells (through a CheckRun), attribution in its pool, new goldens in the reference's pool."""
 from __future__ import annotations
 
 import asyncio
@@ -14,8 +14,11 @@ from fastapi import HTTPException
 from conformance.corpus.cases import Case, load_cases
 from conformance.corpus.manifest import Corpus, TemplateEntry, load_corpus, sha256_text, templates_dir
 from conformance.files import ENCODING_ERRORS
-from conformance.judge.classify import result_for
+from conformance.checkrun import CheckRun
+from conformance.judge.expectations import Expectations
 from conformance.judge.goldens import read_golden, read_meta
+from conformance.judge.pipeline import Cell
+from conformance.render.stage import Posted
 from conformance.service.limits import (
     ATTRIBUTION_QUEUE,
     ATTRIBUTION_WORKERS,
@@ -122,23 +125,30 @@ def summary_of(entry: TemplateEntry, detail: bool) -> dict:
     return data
 
 
-def check_one(state: State, cell: CheckRequest) -> dict:
-    """Classify one cell (a file read and a byte compare); attribution is added by the caller, through the
-    attribution pool."""
-    entry = state.template(cell.template)
-    case = state.case(cell.case)
-    golden = read_golden(entry.id, case.id)
-    if cell.output is not None:
-        outcome = Rendered(cell.output)
-    else:
-        outcome = Raised(cell.raised, RefusalKind(cell.refusal) if cell.refusal else RefusalKind.UNKNOWN)
-    judged = result_for("service", entry.id, case.id, golden, outcome)
-    result = {"template": entry.id, "case": case.id, "status": str(judged.status), "passed": judged.passed,
-              "golden_kind": golden.kind if golden else None,
-              "divergence": judged.divergence.to_dict() if judged.divergence else None,
-              "reference_message": judged.reference_message, "reference_refusal": judged.reference_refusal,
-              "note": judged.note, "attribution": None}
-    return result
+def check_cells(state: State, cells: list, numbered: bool = True) -> list[dict]:
+    """Judge posted cells (CheckRequest) through a CheckRun whose render stage's source is what was posted: a
+    file read and a byte compare per cell. Attribution is added by the caller, through the attribution pool.
+    A cell naming an unknown template or case is an HTTPException naming it (numbered: as cells[i], in a batch)."""
+    chosen, posted = [], []
+    for index, cell in enumerate(cells):
+        try:
+            entry, case = state.template(cell.template), state.case(cell.case)
+        except HTTPException as exc:
+            if not numbered:
+                raise
+            raise HTTPException(exc.status_code, f"cells[{index}]: {exc.detail}") from None
+        # The render stage never renders here: the request only names the cell its posted outcome answers.
+        request = case.request("", entry.bos_token, entry.eos_token, template_id=entry.id)
+        chosen.append(Cell(entry, case, request))
+        posted.append((request, Rendered(cell.output) if cell.output is not None else
+                       Raised(cell.raised, RefusalKind(cell.refusal) if cell.refusal else RefusalKind.UNKNOWN)))
+    source = Posted(posted)
+    run = CheckRun(chosen, tokens=False)
+    judged = run.check(source, Posted.name, expectations=Expectations(Posted.name)).results
+    return [{"template": r.template_id, "case": r.case_id, "status": str(r.status), "passed": r.passed,
+             "golden_kind": r.golden_kind, "divergence": r.divergence.to_dict() if r.divergence else None,
+             "reference_message": r.reference_message, "reference_refusal": r.reference_refusal,
+             "note": r.note, "attribution": None} for r in judged]
 
 
 async def attribute(state: State, results: list) -> None:
