@@ -30,6 +30,7 @@ from conformance.explain.signature import (
     normalise_text,
     raw_edits,
 )
+from conformance.files import ENCODING_ERRORS
 from conformance.judge.status import Status
 from runners.base import Outcome
 
@@ -167,7 +168,7 @@ def shape(text: str) -> str:
 
 
 def cause_id(key: str) -> str:
-    return "c-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+    return "c-" + hashlib.sha256(key.encode("utf-8", ENCODING_ERRORS)).hexdigest()[:10]
 
 
 _SUBJECT = {

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from conformance.files import ENCODING_ERRORS
 from conformance.judge.classify import classify
 from conformance.judge.goldens import Golden, golden_bytes
 from conformance.judge.status import NON_MATCHING, Status
@@ -85,7 +86,7 @@ class Symptom:
         return f"{self.status}\x1d{body}"
 
     def digest(self) -> str:
-        return hashlib.sha256(self.key().encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        return hashlib.sha256(self.key().encode("utf-8", ENCODING_ERRORS)).hexdigest()[:16]
 
     def to_dict(self) -> dict:
         data: dict = {"status": str(self.status)}

@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
+from conformance.files import ENCODING_ERRORS
+
 FORMATS = ("pytest", "minijinja", "hfjs", "llamacpp", "json", "issue")
 # Runners whose engine is MiniJinja's Python binding: their pytest renders through it.
 MINIJINJA_RUNNERS = ("minijinja", "tgi", "mistralrs")
@@ -507,14 +509,14 @@ def vector_cell(cause) -> dict:
         case[key] = repro["case"].get(key, {"kwargs": {}, "add_generation_prompt": False,
                                             "continue_final_message": False}.get(key))
     text = expected.get("text", "") if expected["kind"] == "rendered" else _refused_text(expected)
-    out = {"kind": expected["kind"], "text": text, "bytes": len(text.encode("utf-8", "surrogatepass")),
-           "sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()}
+    out = {"kind": expected["kind"], "text": text, "bytes": len(text.encode("utf-8", ENCODING_ERRORS)),
+           "sha256": hashlib.sha256(text.encode("utf-8", ENCODING_ERRORS)).hexdigest()}
     if expected["kind"] == "raised":
         kind = expected.get("refusal") if expected.get("refusal") in ("compile", "raise", "render") else "render"
         type_name, _, message = text.partition(": ")
         out["refusal"] = {"kind": kind, "type": type_name if message else "TemplateError", "message": message or text}
     return {"record": "cell",
-            "template": {"id": str(cause["id"]).lower(), "sha256": hashlib.sha256(source.encode("utf-8", "surrogatepass")).hexdigest(),
+            "template": {"id": str(cause["id"]).lower(), "sha256": hashlib.sha256(source.encode("utf-8", ENCODING_ERRORS)).hexdigest(),
                          "source": source, "bos_token": repro.get("bos_token"), "eos_token": repro.get("eos_token")},
             "case": case, "expected": out}
 
@@ -607,6 +609,6 @@ def write_emitted(files: dict, out_dir, force: bool = False) -> list:
     written = []
     for name, text in files.items():
         path = out / name
-        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        path.write_text(text, encoding="utf-8", errors=ENCODING_ERRORS)
         written.append(path)
     return written

@@ -29,6 +29,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Optional
 
+from conformance.files import ENCODING_ERRORS
 from conformance.judge.status import PASSING, STATUSES
 from conformance.report import load_report
 from conformance.report.emit import EmitError, emit, own_formats
@@ -372,7 +373,7 @@ def _emit_all(data: SiteData, out: Path, formats: Optional[Iterable[str]]) -> di
                     continue  # e.g. a reproducer whose reference outcome is not recorded: no test to write
                 (out / directory).mkdir(parents=True, exist_ok=True)
                 for file_name, text in files.items():
-                    (out / directory / file_name).write_text(text, encoding="utf-8", errors="surrogatepass")
+                    (out / directory / file_name).write_text(text, encoding="utf-8", errors=ENCODING_ERRORS)
                 emitted.setdefault(name, {}).setdefault(cause["id"], {})[fmt] = (directory / next(iter(files))).as_posix()
     return emitted
 
@@ -443,7 +444,7 @@ def build_site(report_paths: list, out, history_paths: Iterable = (), formats: O
     for relative, text in pages.items():
         path = out / relative
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+        path.write_text(text, encoding="utf-8", errors=ENCODING_ERRORS)
     index = [["engine", name, section["runner"].get("version", ""), f"engine/{data.slugs[name]}.html"]
              for name, section in data.runners.items()]
     index += [["template", t, "", f"template/{t}.html"] for t in sorted(data.template_status)]
