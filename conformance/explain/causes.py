@@ -3,16 +3,23 @@ into root causes and ranked by what fixing each is worth.
 
     explanation = explain(results, engine_runner, reference_runner, requests)
 
-1. Each non-matching cell (diverged, engine-raised, engine-rendered, raised-differently) gets its symptom
-   (signature.py) from its golden and the engine's outcome.
-2. Cells are grouped by (template, symptom); one representative per group (its smallest conversation) is
-   reduced (reduce.py), many groups at once (driver.py), or read from the cache (cache.py). A cell joins a
-   cause only through its own group: it was reduced, or its symptom equals the reduced representative's
-   exactly.
-3. Reproducers cluster into causes (cluster.py); each cause's reported reproducer is rendered once more on
-   both sides and must still differ as it did (else the next smallest is tried; else its cells are
-   unexplained, with the reason).
-4. Causes are ranked by the conformance the engine would reach if that cause alone were fixed.
+explain() runs six named stages over typed data, in this order (and nowhere else):
+
+1. plan_groups: each non-matching cell (diverged, engine-raised, engine-rendered, raised-differently) gets
+   its symptom (signature.py) from its golden, the engine's outcome and the status the judge stage gave it
+   (the cell is not classified again); cells are grouped by (template, first difference) into Groups, each
+   with a representative (its smallest conversation). A cell joins a cause only through its own group: it
+   was reduced, or its symptom equals the reduced representative's exactly.
+2. look_up: groups whose reduction the cache (cache.py) holds are Found without rendering; the others
+   become Tasks (a Reduction, or a probe for a group past the per-template limit).
+3. reduce_groups: the tasks run, many at once (driver.py), each reduced (reduce.py) to a Found or
+   NotReproduced; reductions of one template or family hint each other.
+4. cluster_causes, then _merge_by_mechanism: reproducers cluster into Causes (cluster.py), and causes that
+   are one mechanism shown through different symptoms are merged, checked by rendering.
+5. confirm_causes: each cause's reported reproducer is rendered once more on both sides and must still
+   differ as it did (else the next smallest of its candidates is tried; else its cells are unexplained,
+   with the reason).
+6. rank_causes: causes are ranked by the conformance the engine would reach if that cause alone were fixed.
 """
 from __future__ import annotations
 
@@ -36,7 +43,7 @@ from conformance.explain.reduce import (
     Reduction,
     conversation_dict,
 )
-from conformance.explain.signature import Symptom, compare, outcome_record, symptom_of
+from conformance.explain.signature import Symptom, compare, outcome_record, symptom_for
 from conformance.explain.template import lines_of
 from conformance.judge.goldens import GoldenStore
 from conformance.judge.status import NO_ANSWER, NON_MATCHING, Status, gain_if_fixed
@@ -82,6 +89,10 @@ class Cause:
     reason: str = ""          # from the baseline, when it knows the cause
     link: str = ""
     known: Optional[bool] = None  # whether the baseline knows it (None: not held against a baseline)
+    # The group keys whose reproducers may stand for the cause, smallest first (confirm_causes tries them in
+    # order), and the ids of the causes merged into this one (_merge_by_mechanism); neither is reported.
+    candidates: list = field(default_factory=list, repr=False)
+    merged: list = field(default_factory=list, repr=False)
 
     @property
     def templates(self) -> int:
@@ -170,6 +181,71 @@ def _size(found: Found) -> tuple:
             len(json.dumps(request.conversation.to_dict(), sort_keys=True)))
 
 
+@dataclass
+class Group:
+    """The cells of one template that differ from the reference by the same first difference: one reduction
+    (of the representative's request) serves them all."""
+
+    key: tuple                 # (template id, the symptom's first_key())
+    symptom: Symptom
+    cells: list = field(default_factory=list)     # judged results (judge.status.CellResult)
+    request: Optional[RenderRequest] = None       # the representative's: the cell with the smallest conversation
+    not_reduced: str = ""      # why the group is only probed (past the per-template limit), else ""
+
+    @property
+    def template_id(self) -> str:
+        return self.key[0]
+
+
+@dataclass
+class Plan:
+    """What plan_groups found: the groups to explain, and the cells that cannot be."""
+
+    groups: dict               # group key -> Group, in the order the cells came
+    unexplained: list          # [{"template", "case", "status", "reason"}]
+    targets: int = 0           # non-matching cells looked at
+    no_answer: int = 0         # of which the engine gave no answer (errored, timed out)
+
+    @property
+    def probed(self) -> int:
+        return sum(1 for group in self.groups.values() if group.not_reduced)
+
+
+@dataclass
+class Task:
+    """One group's work for the driver: its Reduction, run in full or (past the per-template limit) only
+    probed; `cache_key` is where a reduction's result is kept (None: not kept)."""
+
+    group: Group
+    reduction: Reduction
+    cache_key: Optional[str] = None
+
+    def run(self):
+        if self.group.not_reduced:
+            return self.reduction.run_unreduced(self.group.not_reduced)
+        return self.reduction.run()
+
+
+@dataclass
+class LookUp:
+    """What look_up found: the groups the cache answered (Found), and the tasks left to run."""
+
+    found: dict                # group key -> Found
+    tasks: list                # [(group key, Task)], in the order they are to start
+    used_cache: bool = False
+
+
+@dataclass
+class Reduced:
+    """What reduce_groups gave: each group's Found, the cells it could not explain, and what it spent."""
+
+    found: dict                # group key -> Found (the cache's first, then the reductions')
+    unexplained: list
+    renders: int = 0           # renders the reductions spent
+    incomplete: int = 0        # reductions the budget cut short
+    phases: dict = field(default_factory=dict)   # reduction pass -> renders
+
+
 def explain(results, engine, reference, requests: dict, goldens=None, cache: Optional[ExplainCache] = None,
             only: Optional[set] = None, families: Optional[dict] = None, budget: int = DEFAULT_BUDGET,
             parallel: int = 24, engine_builtin: bool = False, max_groups: Optional[int] = None,
@@ -184,80 +260,132 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     it (for the cache); max_groups: reduce at most this many (template, symptom) groups per template, those
     with the most cells first (the others' cells are unexplained, with that reason)."""
     started = time.perf_counter()
-    goldens = goldens or GoldenStore()
-    unexplained: list = []
-    groups: dict = {}      # (template, symptom key) -> (symptom, [results])
-    targets = 0
-    no_answer = 0
-    for result in results.results:
+    plan = plan_groups(results.results, requests, goldens or GoldenStore(), only, max_groups)
+    engine_id = runner_identity(dict(results.info), builtin=engine_builtin, code=code_identity(engine))
+    reference_info = reference.describe()
+    reference_id = runner_identity(reference_info, builtin=True, code=code_identity(reference))
+    known = look_up(plan, cache, engine_id, reference_id, budget, families or {})
+    if log is not None:
+        log(f"{results.name}: {plan.targets} non-matching cells in {len(plan.groups)} (template, symptom) groups: "
+            f"{len(known.tasks) - plan.probed} to reduce, {plan.probed} to probe, {len(known.found)} cached")
+    stats = DriverStats()
+    reduced = reduce_groups(plan, known, reference, engine, stats, cache, families or {}, parallel, progress)
+    causes = cluster_causes(plan, reduced.found, set(known.found))
+    causes = _merge_by_mechanism(causes, reduced.found, reference, engine, stats)
+    confirm_started = time.perf_counter()
+    causes, dropped = confirm_causes(causes, plan, reduced.found, reference, engine, stats)
+    unexplained = plan.unexplained + reduced.unexplained + [_unexplained(r, why) for r, why in dropped]
+    rank_causes(causes, results.figure())
+    unexplained.sort(key=lambda u: (u["template"], u["case"]))
+    sizes = [cause.repro() for cause in causes]
+    stats_out = {
+        "cells": plan.targets,
+        "groups": len(plan.groups), "reduced": len(known.tasks) - plan.probed, "probed": plan.probed,
+        "cached": len(known.found),
+        "renders": stats.renders, "reduction_renders": reduced.renders, "batches": stats.batches,
+        "renders_by_pass": dict(sorted(reduced.phases.items(), key=lambda kv: -kv[1])),
+        "budget_spent": reduced.incomplete,
+        "causes": len(causes), "confirmed": sum(1 for c in causes if c.confirmed),
+        "unexplained": len(unexplained), "no_answer": plan.no_answer,
+        "median_lines": statistics.median([s["lines"] for s in sizes]) if sizes else None,
+        "median_messages": statistics.median([s["messages"] for s in sizes]) if sizes else None,
+        "max_lines": max((s["lines"] for s in sizes), default=None),
+        "seconds": round(time.perf_counter() - started, 3),
+        "confirm_seconds": round(time.perf_counter() - confirm_started, 3),
+        "reference_seconds": round(stats.reference_seconds, 3), "engine_seconds": round(stats.engine_seconds, 3),
+        "cache": {"used": known.used_cache, "hits": cache.hits if cache else 0,
+                  "directory": str(cache.directory) if known.used_cache else None},
+    }
+    for name in ("server_starts",):
+        value = getattr(engine, name, None)
+        if isinstance(value, int):
+            stats_out["engine_" + name] = value
+    return Explanation(dict(results.info), reference_info, causes, unexplained, stats_out)
+
+
+# -- the stages, in their order -----------------------------------------------------------------------------
+
+def plan_groups(results: Iterable, requests: dict, goldens, only: Optional[set] = None,
+                max_groups: Optional[int] = None) -> Plan:
+    """Stage plan: the non-matching cells (of `only`, when given) grouped by (template, first difference),
+    each group with its representative; cells with nothing to reduce are unexplained, with the reason.
+    A cell's symptom is worked out from the status the judge stage gave it, not by classifying it again."""
+    plan = Plan({}, [])
+    for result in results:
         if only is not None and result.key not in only:
             continue
         if result.status in NO_ANSWER:
             # A failing cell with nothing to reduce: counted and shown, never left out of the explanation.
-            targets += 1
-            no_answer += 1
-            unexplained.append(_unexplained(result, no_answer_reason(result)))
+            plan.targets += 1
+            plan.no_answer += 1
+            plan.unexplained.append(_unexplained(result, no_answer_reason(result)))
             continue
         if result.status not in NON_MATCHING:
             continue
-        targets += 1
-        symptom = symptom_of(goldens(*result.key), engine_outcome(result))
+        plan.targets += 1
+        symptom = symptom_for(result.status, goldens(*result.key), engine_outcome(result))
         if symptom is None or not symptom.differs:
-            unexplained.append(_unexplained(result, "no golden to compare with" if symptom is None else
-                                            "the golden and the engine's outcome no longer differ"))
+            plan.unexplained.append(_unexplained(result, "no golden to compare with" if symptom is None else
+                                                 "the golden and the engine's outcome no longer differ"))
             continue
         # one group per (template, first difference): what a reduction keeps (signature.Symptom.keeps)
-        groups.setdefault((result.template_id, symptom.first_key()), (symptom, []))[1].append(result)
-
-    beyond: dict = {}   # group -> why it is not reduced (past the per-template limit)
+        key = (result.template_id, symptom.first_key())
+        plan.groups.setdefault(key, Group(key, symptom)).cells.append(result)
+    for group in plan.groups.values():
+        representative = min(group.cells, key=lambda r: (
+            len(json.dumps(conversation_dict(requests[r.key].conversation), sort_keys=True)), r.case_id))
+        group.request = requests[representative.key]
     if max_groups:
         per_template: dict = {}
-        for group_key, (_, members) in groups.items():
-            per_template.setdefault(group_key[0], []).append((-len(members), group_key[1], group_key))
+        for group in plan.groups.values():
+            per_template.setdefault(group.template_id, []).append((-len(group.cells), group.key[1], group))
         for template_id, ranked in per_template.items():
-            for _, _, group_key in sorted(ranked)[max_groups:]:
-                beyond[group_key] = (f"not reduced: {template_id} shows more than {max_groups} different symptoms "
-                                     f"(the limit of groups reduced per template)")
-    engine_id = runner_identity(dict(results.info), builtin=engine_builtin, code=code_identity(engine))
-    reference_info = reference.describe()
-    reference_id = runner_identity(reference_info, builtin=True, code=code_identity(reference))
+            for _, _, group in sorted(ranked, key=lambda item: item[:2])[max_groups:]:
+                group.not_reduced = (f"not reduced: {template_id} shows more than {max_groups} different "
+                                     f"symptoms (the limit of groups reduced per template)")
+    return plan
+
+
+def look_up(plan: Plan, cache: Optional[ExplainCache], engine_id: Optional[str], reference_id: Optional[str],
+            budget: int = DEFAULT_BUDGET, families: Optional[dict] = None) -> LookUp:
+    """Stage look up: each group's reduction from the cache (keyed by both runners' identities, the
+    representative's request and the symptom), or a Task to run. The tasks go round-robin over templates (a
+    template's first group before any second one), families together: a template's later groups and a
+    family's later templates then start with hints from finished ones."""
     use_cache = cache is not None and engine_id is not None and reference_id is not None
     found: dict = {}
-    cached_groups: set = set()
-    tasks = []
-    order: dict = {}
-    for group_key, (symptom, members) in groups.items():
-        representative = min(members, key=lambda r: (len(json.dumps(conversation_dict(requests[r.key].conversation),
-                                                                     sort_keys=True)), r.case_id))
-        request = requests[representative.key]
-        cache_key = ExplainCache.key(engine_id, reference_id, request, symptom.key()) if use_cache else None
-        hit = cache.get(cache_key) if use_cache and group_key not in beyond else None
+    tasks: list = []
+    for key, group in plan.groups.items():
+        request = group.request
+        cache_key = ExplainCache.key(engine_id, reference_id, request, group.symptom.key()) if use_cache else None
+        hit = cache.get(cache_key) if use_cache and not group.not_reduced else None
         if hit is not None:
-            found[group_key] = _found_from_dict(hit, request.template_id, request.case_id)
-            cached_groups.add(group_key)
+            found[key] = _found_from_dict(hit, request.template_id, request.case_id)
             continue
-        reduction = Reduction(request, symptom, budget=budget)
-        reduction.cache_key = cache_key
-        if group_key in beyond:
-            reduction.run = (lambda r=reduction, why=beyond[group_key]: r.run_unreduced(why))
-            reduction.cache_key = None  # a probe, not a reduction: nothing worth keeping
-        tasks.append((group_key, reduction))
-        order[group_key] = representative
-    # Round-robin over templates (a template's first group before any second one), families together: a
-    # template's later groups and a family's later templates then start with hints from finished ones.
+        # a probe is not a reduction: nothing worth keeping
+        tasks.append((key, Task(group, Reduction(request, group.symptom, budget=budget),
+                                None if group.not_reduced else cache_key)))
     rank: dict = {}
-    for group_key, _ in tasks:
-        rank.setdefault(group_key[0], []).append(group_key)
+    for key, _ in tasks:
+        rank.setdefault(key[0], []).append(key)
     family_of = families or {}
     tasks.sort(key=lambda task: (rank[task[0][0]].index(task[0]), family_of.get(task[0][0], task[0][0]),
                                  task[0][0]))
+    return LookUp(found, tasks, use_cache)
 
+
+def reduce_groups(plan: Plan, known: LookUp, reference, engine, stats: DriverStats,
+                  cache: Optional[ExplainCache] = None, families: Optional[dict] = None, parallel: int = 24,
+                  progress: Optional[Callable[[int, int], None]] = None) -> Reduced:
+    """Stage reduce: every task run to a Found (kept in the cache) or NotReproduced (its cells unexplained),
+    many at once through both runners (driver.drive); each reduction starts with hints from finished ones."""
+    family_of = families or {}
     finished: list = []   # (template id, family, status, template text) of finished reductions
 
-    def make(group_key, reduction) -> None:
+    def hint(group_key, task: Task) -> None:
         template_id = group_key[0]
         family = family_of.get(template_id)
-        status = reduction.target.status
+        status = task.reduction.target.status
         same = [t for tid, fam, st, t in reversed(finished) if tid == template_id and st == status]
         kin = [t for tid, fam, st, t in reversed(finished) if family and fam == family and st == status]
         other = [t for tid, fam, st, t in reversed(finished) if st == status]
@@ -268,10 +396,11 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
                 hints.append(text)
             if len(hints) >= HINTS:
                 break
-        reduction.hints = hints
+        task.reduction.hints = hints
 
-    done_count = [len(cached_groups)]
-    total = len(groups)
+    done_count = [len(known.found)]
+    total = len(plan.groups)
+    tasks = dict(known.tasks)
 
     def on_done(group_key, outcome) -> None:
         done_count[0] += 1
@@ -281,69 +410,34 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
             if outcome.complete:  # a budget-limited result is no template to settle on
                 finished.append((group_key[0], family_of.get(group_key[0]), outcome.symptom.status,
                                  outcome.template))
-            cache_key = reductions[group_key].cache_key
-            if use_cache and cache_key:
+            cache_key = tasks[group_key].cache_key
+            if known.used_cache and cache_key:
                 cache.put(cache_key, _found_to_dict(outcome))
 
-    reductions = dict(tasks)
-    if log is not None:
-        log(f"{results.name}: {targets} non-matching cells in {len(groups)} (template, symptom) groups: "
-            f"{len(tasks) - len(beyond)} to reduce, {len(beyond)} to probe, {len(cached_groups)} cached")
-    stats = DriverStats()
     with _scratch_artefacts(engine, idle=parallel):
-        reduced = drive(list(tasks), reference, engine, parallel=parallel, on_done=on_done, stats=stats,
-                        make=make, failed=lambda key, exc: NotReproduced(
-                            f"the reducer failed ({type(exc).__name__}: {exc}); please report it", 0))
-    renders_spent = 0
-    phases: dict = {}
-    incomplete = 0
-    for group_key, outcome in reduced.items():
+        outcomes = drive(list(known.tasks), reference, engine, parallel=parallel, on_done=on_done, stats=stats,
+                         make=hint, failed=lambda key, exc: NotReproduced(
+                             f"the reducer failed ({type(exc).__name__}: {exc}); please report it", 0))
+    reduced = Reduced(dict(known.found), [])
+    for group_key, outcome in outcomes.items():
         if isinstance(outcome, Found):
-            found[group_key] = outcome
-            renders_spent += outcome.renders
-            incomplete += not outcome.complete
+            reduced.found[group_key] = outcome
+            reduced.renders += outcome.renders
+            reduced.incomplete += not outcome.complete
             for name, n in outcome.phases.items():
-                phases[name] = phases.get(name, 0) + n
+                reduced.phases[name] = reduced.phases.get(name, 0) + n
         else:
-            renders_spent += outcome.renders
-            for result in groups[group_key][1]:
-                unexplained.append(_unexplained(result, outcome.reason))
+            reduced.renders += outcome.renders
+            for result in plan.groups[group_key].cells:
+                reduced.unexplained.append(_unexplained(result, outcome.reason))
+    return reduced
 
-    causes = _cluster(groups, found, cached_groups)
-    causes = _merge_by_mechanism(causes, found, reference, engine, stats)
-    confirm_started = time.perf_counter()
-    with _scratch_artefacts(engine):
-        causes, dropped = _confirm(causes, groups, found, reference, engine, stats)
-    for result, reason in dropped:
-        unexplained.append(_unexplained(result, reason))
-    figure = results.figure()
+
+def rank_causes(causes: list, figure: dict) -> None:
+    """Stage rank: each cause's gain (the conformance if it alone were fixed); the most cells first."""
     for cause in causes:
         cause.conformance_if_fixed, cause.gain = gain_if_fixed(figure, len(cause.cells))
     causes.sort(key=lambda c: (-len(c.cells), c.id))
-    unexplained.sort(key=lambda u: (u["template"], u["case"]))
-    sizes = [cause.repro() for cause in causes]
-    stats_out = {
-        "cells": targets,
-        "groups": len(groups), "reduced": len(tasks) - len(beyond), "probed": len(beyond),
-        "cached": len(cached_groups),
-        "renders": stats.renders, "reduction_renders": renders_spent, "batches": stats.batches,
-        "renders_by_pass": dict(sorted(phases.items(), key=lambda kv: -kv[1])), "budget_spent": incomplete,
-        "causes": len(causes), "confirmed": sum(1 for c in causes if c.confirmed),
-        "unexplained": len(unexplained), "no_answer": no_answer,
-        "median_lines": statistics.median([s["lines"] for s in sizes]) if sizes else None,
-        "median_messages": statistics.median([s["messages"] for s in sizes]) if sizes else None,
-        "max_lines": max((s["lines"] for s in sizes), default=None),
-        "seconds": round(time.perf_counter() - started, 3),
-        "confirm_seconds": round(time.perf_counter() - confirm_started, 3),
-        "reference_seconds": round(stats.reference_seconds, 3), "engine_seconds": round(stats.engine_seconds, 3),
-        "cache": {"used": use_cache, "hits": cache.hits if cache else 0,
-                  "directory": str(cache.directory) if use_cache else None},
-    }
-    for name in ("server_starts",):
-        value = getattr(engine, name, None)
-        if isinstance(value, int):
-            stats_out["engine_" + name] = value
-    return Explanation(dict(results.info), reference_info, causes, unexplained, stats_out)
 
 
 @contextlib.contextmanager
@@ -380,7 +474,9 @@ def _unexplained(result, reason: str) -> dict:
     return {"template": result.template_id, "case": result.case_id, "status": str(result.status), "reason": reason}
 
 
-def _cluster(groups: dict, found: dict, cached_groups: set) -> list:
+def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
+    """Stage cluster: the reproducers grouped by cause key (cluster.py) into Causes, each reported with its
+    smallest reproducer and holding every cell of its groups."""
     by_key: dict = {}
     for group_key, repro in found.items():
         constructs = cluster.constructs_of(repro.template)
@@ -396,19 +492,24 @@ def _cluster(groups: dict, found: dict, cached_groups: set) -> list:
                       title=cluster.title(best.symptom, constructs, best.reference, best.engine,
                                           best.ignores_template),
                       constructs=cluster.culprits(constructs), all_constructs=constructs, symptom=best.symptom,
-                      found=best, cached=all(g in cached_groups for g in entry["groups"]))
-        cause._candidates = candidates  # tried in order by _confirm
+                      found=best, cached=all(g in cached_groups for g in entry["groups"]), candidates=candidates)
         for group_key in entry["groups"]:
-            for result in groups[group_key][1]:
+            for result in plan.groups[group_key].cells:
                 cause.cells.append(result.key)
                 cause.statuses[str(result.status)] = cause.statuses.get(str(result.status), 0) + 1
         causes.append(cause)
     return causes
 
 
-def _confirm(causes: list, groups: dict, found: dict, reference, engine, stats) -> tuple:
-    """Render every cause's reproducer again on both sides; keep the causes whose reproducer still differs
-    as it did (trying a cause's next smallest reproducer when one does not)."""
+def confirm_causes(causes: list, plan: Plan, found: dict, reference, engine, stats) -> tuple:
+    """Stage confirm: render every cause's reproducer again on both sides; keep the causes whose reproducer
+    still differs as it did (trying a cause's next smallest reproducer when one does not). Returns (the causes
+    kept, [(result, why it is unexplained)] for the cells of the others)."""
+    with _scratch_artefacts(engine):
+        return _confirm(causes, plan, found, reference, engine, stats)
+
+
+def _confirm(causes: list, plan: Plan, found: dict, reference, engine, stats) -> tuple:
     pending = {cause.id: 0 for cause in causes}
     by_id = {cause.id: cause for cause in causes}
     confirmed: set = set()
@@ -416,7 +517,7 @@ def _confirm(causes: list, groups: dict, found: dict, reference, engine, stats) 
         batch, owners = [], []
         for cause_id, index in pending.items():
             cause = by_id[cause_id]
-            repro = found[cause._candidates[index]]
+            repro = found[cause.candidates[index]]
             batch.append(repro.request)
             owners.append((cause_id, repro))
         pairs = render_pairs(reference, engine, batch, stats)
@@ -431,7 +532,7 @@ def _confirm(causes: list, groups: dict, found: dict, reference, engine, stats) 
                 constructs = cluster.constructs_of(repro.request.template)
                 cause.title = cluster.title(symptom, constructs, ref, eng, repro.ignores_template)
                 confirmed.add(cause_id)
-            elif pending[cause_id] + 1 < min(len(cause._candidates), 3):
+            elif pending[cause_id] + 1 < min(len(cause.candidates), 3):
                 still[cause_id] = pending[cause_id] + 1
         pending = still
     kept, dropped = [], []
@@ -439,8 +540,8 @@ def _confirm(causes: list, groups: dict, found: dict, reference, engine, stats) 
         if cause.id in confirmed:
             kept.append(cause)
             continue
-        for group_key in cause._candidates:
-            for result in groups[group_key][1]:
+        for group_key in cause.candidates:
+            for result in plan.groups[group_key].cells:
                 dropped.append((result, "its reproducer did not differ in the same way when rendered again "
                                         "(is the engine deterministic?)"))
     return kept, dropped
@@ -536,7 +637,7 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
             head.cells.extend(other.cells)
             for status, count in other.statuses.items():
                 head.statuses[status] = head.statuses.get(status, 0) + count
-            head._candidates = head._candidates + other._candidates
+            head.candidates = head.candidates + other.candidates
             head.cached = head.cached and other.cached
         head.merged = [c.id for c in members[1:]]
         out.append(head)

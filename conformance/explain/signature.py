@@ -281,11 +281,16 @@ def _refusal_text(kind, message: str) -> str:
 
 def symptom_of(golden: Optional[Golden], engine: Outcome) -> Optional[Symptom]:
     """The symptom of an engine outcome against the reference's (as a golden); None when the pair cannot be
-    compared (the engine errored, timed out or skipped; no golden)."""
+    compared (the engine errored, timed out or skipped; no golden). For a pair nobody judged yet (a
+    candidate); a judged cell's symptom comes from its status (symptom_for)."""
+    return symptom_for(classify(golden, engine).status, golden, engine)
+
+
+def symptom_for(status: Status, golden: Optional[Golden], engine: Outcome) -> Optional[Symptom]:
+    """The symptom of a pair whose status the judge stage decided already (the cell is not classified
+    again); None when it cannot be compared (no golden, or the engine gave no answer)."""
     if golden is None or isinstance(engine, (Errored, Skipped)):
         return None
-    judgement = classify(golden, engine)
-    status = judgement.status
     if status == Status.DIVERGED:
         return diverged(golden.text, engine.text)
     if status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):

@@ -1,5 +1,6 @@
 """What the service loads once per process (corpus, cases, the pools, the result store) and the work its
-routes do: summaries, judging posted cells (through a CheckRun), attribution in its pool, new goldens in the reference's pool."""
+routes do: summaries, judging posted cells (through a CheckRun), attribution in its pool, new goldens in the
+reference's pool."""
 from __future__ import annotations
 
 import asyncio
