@@ -1,0 +1,85 @@
+"""The explain package's shape, read from its source with ast: explain() runs its named stages in their one
+order (and nothing else runs them), and no attribute is set from outside on an object whose class does not
+declare it (no bolted-on attributes: typed fields and return values carry what the stages hand on)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXPLAIN = ROOT / "conformance" / "explain"
+STAGES = ("plan_groups", "look_up", "reduce_groups", "cluster_causes", "_merge_by_mechanism", "confirm_causes",
+          "rank_causes")
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+def _calls(node: ast.AST) -> list:
+    """The names of the plain functions `node` calls, in source order."""
+    calls = [n for n in ast.walk(node) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    return [c.func.id for c in sorted(calls, key=lambda c: (c.lineno, c.col_offset))]
+
+
+def test_explain_runs_its_stages_in_their_order():
+    tree = _tree(EXPLAIN / "causes.py")
+    explain = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "explain")
+    assert [name for name in _calls(explain) if name in STAGES] == list(STAGES)
+    for path in EXPLAIN.glob("*.py"):
+        for function in ast.walk(_tree(path)):
+            if isinstance(function, ast.FunctionDef) and function.name not in STAGES + ("explain",):
+                assert not set(_calls(function)) & set(STAGES), (path.name, function.name)
+
+
+def _declared() -> tuple:
+    """(the names the project's classes declare: fields, class attributes, attributes set on self; the names
+    of methods and properties). By name, not by type: a name one class declares passes for any object."""
+    data, methods = set(), set()
+    for path in list((ROOT / "conformance").rglob("*.py")) + list((ROOT / "runners").rglob("*.py")):
+        for cls in ast.walk(_tree(path)):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for item in cls.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                    data.add(item.target.id)
+                elif isinstance(item, ast.Assign):
+                    data.update(t.id for t in item.targets if isinstance(t, ast.Name))
+                elif isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    methods.add(item.name)
+            for node in ast.walk(cls):
+                if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                        and isinstance(node.value, ast.Name) and node.value.id == "self":
+                    data.add(node.attr)
+    # template.py edits jinja2's parse trees: the fields jinja2's node classes declare.
+    from jinja2 import nodes
+
+    data.update(name for cls in vars(nodes).values() if isinstance(cls, type) and issubclass(cls, nodes.Node)
+                for name in cls.fields + cls.attributes)
+    return data, methods - data
+
+
+def _bolted(path: Path, declared: set, methods: set) -> list:
+    found = []
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
+                and not (isinstance(node.value, ast.Name) and node.value.id == "self"):
+            if node.attr not in declared or node.attr in methods:
+                found.append(f"{path.name}:{node.lineno} .{node.attr}")
+    return found
+
+
+def test_explain_sets_no_attribute_a_class_does_not_declare():
+    declared, methods = _declared()
+    assert [b for path in sorted(EXPLAIN.glob("*.py")) for b in _bolted(path, declared, methods)] == []
+
+
+def test_the_walk_sees_a_bolted_on_attribute(tmp_path):
+    # What explain once did: a private list set on a Cause, a method replaced on a Reduction.
+    probe = tmp_path / "probe.py"
+    probe.write_text("def plan(cause, reduction):\n"
+                     "    cause._candidates = []\n"
+                     "    reduction.run = lambda: None\n"
+                     "    cause.title = ''\n")
+    declared, methods = _declared()
+    assert _bolted(probe, declared, methods) == ["probe.py:2 ._candidates", "probe.py:3 .run"]
