@@ -11,7 +11,7 @@ the reason.
   driver.py     many reductions at once through both runners' render_many
   cluster.py    cause keys, ids, titles, gains
   cache.py      reductions cached on disk by runner identity and input
-  causes.py     the whole analysis
+  causes.py     the whole analysis: its named stages (plan, look up, reduce, cluster, confirm, rank) and explain()
 """
 from conformance.explain.causes import Cause, Explanation, explain
 
