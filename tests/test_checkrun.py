@@ -96,3 +96,28 @@ def test_the_walk_sees_a_cell_judged_by_hand(tmp_path):
                      "    return result_for('service', 't', 'c', golden, outcome)\n")
     assert _stage_uses("conformance.service.state", probe) == {"judge"}
     assert not _own("conformance.service.state", "judge")
+
+
+def test_posted_outcomes_are_judged_through_a_check_run():
+    # The service's source: each request answered with the outcome posted for it, so one cell posted twice in a
+    # batch keeps both outcomes, judged against the real golden like a local runner's.
+    from conformance.checkrun import CheckRun
+    from conformance.corpus.cases import load_cases
+    from conformance.corpus.manifest import load_corpus
+    from conformance.judge.expectations import Expectations
+    from conformance.judge.goldens import GoldenStore
+    from conformance.judge.pipeline import Cell
+    from conformance.judge.status import Status
+    from conformance.render.stage import Posted
+    from runners.base import Rendered
+
+    entry = load_corpus().by_id["axolotl-llama3"]
+    case = next(c for c in load_cases() if c.id == "chat-ends-with-assistant")
+    golden = GoldenStore()(entry.id, case.id)
+    assert golden is not None and golden.kind == "rendered"
+    requests = [case.request("", entry.bos_token, entry.eos_token, entry.id) for _ in range(2)]
+    source = Posted([(requests[0], Rendered(golden.text)), (requests[1], Rendered(golden.text + "!"))])
+    run = CheckRun([Cell(entry, case, r) for r in requests], tokens=False)
+    judged = run.check(source, Posted.name, expectations=Expectations(Posted.name)).results
+    assert [r.status for r in judged] == [Status.MATCH, Status.DIVERGED]
+    assert judged[1].divergence.offset == len(golden.data) and judged[1].verdict is not None

@@ -32,6 +32,14 @@ def test_explain_runs_its_stages_in_their_order():
                 assert not set(_calls(function)) & set(STAGES), (path.name, function.name)
 
 
+def test_the_plan_stage_does_not_classify_a_judged_cell_again():
+    # A judged cell's symptom comes from the status the judge stage gave it (signature.symptom_for).
+    tree = _tree(EXPLAIN / "causes.py")
+    plan = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "plan_groups")
+    calls = set(_calls(plan))
+    assert "symptom_for" in calls and not calls & {"symptom_of", "classify", "compare", "result_for"}
+
+
 def _declared() -> tuple:
     """(the names the project's classes declare: fields, class attributes, attributes set on self; the names
     of methods and properties). By name, not by type: a name one class declares passes for any object."""
