@@ -18,7 +18,7 @@ from conformance.cli.common import (
 
 # Subjects, in the order `chatgold --help` lists them; each module sets func=callable(args) -> exit code.
 SUBJECTS = ("corpus", "cases", "render", "goldens", "check", "explain", "history", "capabilities", "properties",
-            "lint", "service", "harness", "engines", "cache", "site")
+            "lint", "compat", "service", "harness", "engines", "cache", "site")
 
 
 def build_parser() -> argparse.ArgumentParser:
