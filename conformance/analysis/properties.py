@@ -979,11 +979,14 @@ def check_reference(template_id: str, out: dict) -> None:
 
 
 def compute_properties(templates: Iterable, runner, cases: Optional[list] = None, chunk: int = 16,
-                       progress: Optional[Callable[[int, int], None]] = None) -> tuple[dict, list]:
+                       progress: Optional[Callable[[int, int], None]] = None,
+                       each: Optional[Callable[[object, str, list, dict, dict], None]] = None) -> tuple[dict, list]:
     """template id -> property record, plus failures [(template id, message)].
 
     `templates` are corpus entries (or anything with id, source(), bos_token, eos_token); renders go through
-    `runner.render_many` a few templates at a time, so memory stays bounded on the whole corpus."""
+    `runner.render_many` a few templates at a time, so memory stays bounded on the whole corpus. `each(entry,
+    source, cases, renders, record)` sees every template's renders before they are dropped (lint's finding
+    classes, analysis/findings.py)."""
     from conformance.corpus.cases import load_cases
 
     templates = list(templates)
@@ -1004,6 +1007,8 @@ def compute_properties(templates: Iterable, runner, cases: Optional[list] = None
                 failures.append((entry.id, str(exc)))
                 continue
             results[entry.id] = analyze(source, cases, out)
+            if each is not None:
+                each(entry, source, cases, out, results[entry.id])
         if progress:
             progress(min(start + chunk, len(templates)), len(templates))
     return results, failures

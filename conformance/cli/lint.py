@@ -2,8 +2,11 @@
 
 For a model publisher: the templates are read like `chatgold render --template-file` reads them (special
 tokens from the file when it has them), every property runs through the reference, and each violation is
-printed with its two-line explanation, minimal case and evidence. Exit 1 on a violation, 0 when clean,
-2 on bad input (unreadable file, no template, not UTF-8, not valid Jinja)."""
+printed with its two-line explanation, minimal case and evidence, and its class (analysis/findings.py): a
+violation breaks the model; a capability is an input the template does not take (shown with the inputs);
+design is the format's own choice (a turn kept open across tool calls). Exit 1 on a violation, 0 when there
+is none (capabilities and design do not fail), 2 on bad input (unreadable file, no template, not UTF-8, not
+valid Jinja)."""
 from __future__ import annotations
 
 import json
@@ -50,20 +53,30 @@ def templates_from_file(path: Path, name: Optional[str], bos: Optional[str], eos
     return templates
 
 
-def _print_record(template: _Template, record: dict, cases_dir: Path, stream) -> None:
+def _print_record(template: _Template, record: dict, findings: list, cases_dir: Path, stream) -> None:
     from conformance.analysis.properties import PROPERTY_IDS
 
-    violated = record["violated"]
-    print(f"{template.id} (bos {template.bos_token!r}, eos {template.eos_token!r}): {len(violated)} of "
-          f"{len(PROPERTY_IDS)} properties violated; {record['renders']['rendered']} of "
-          f"{record['renders']['cases']} cases render, {record['renders']['raised']} raise", file=stream)
+    classes = {cls: sum(1 for f in findings if f["class"] == cls) for cls in ("violation", "capability", "design")}
+    print(f"{template.id} (bos {template.bos_token!r}, eos {template.eos_token!r}): {classes['violation']} "
+          f"violation(s), {classes['capability']} capability finding(s), {classes['design']} design finding(s); "
+          f"{len(record['violated'])} of {len(PROPERTY_IDS)} properties with a finding; "
+          f"{record['renders']['rendered']} of {record['renders']['cases']} cases render, "
+          f"{record['renders']['raised']} raise", file=stream)
+    labels = {"violation": "VIOLATION", "capability": "capability", "design": "design"}
     for name in PROPERTY_IDS:
         result = record["properties"][name]
-        head = f"  {name}: {result['status'].upper() if result['status'] == 'violation' else result['status']}"
-        print(f"{head} ({result['checked']} checked)" + (f"; {result['note']}" if result.get("note") else ""),
+        mine = [f for f in findings if f["property"] == name]
+        status = result["status"]
+        if mine:
+            status = labels["violation"] if any(f["class"] == "violation" for f in mine) else \
+                " and ".join(sorted({f["class"] for f in mine}))
+        print(f"  {name}: {status} ({result['checked']} checked)" + (f"; {result['note']}" if result.get("note") else ""),
               file=stream)
-        for finding in result["violations"]:
-            print(f"    [{finding['kind']}] in {finding['count']} case(s)", file=stream)
+        for finding in mine:
+            where = f", template line {finding['line']}" if finding.get("line") else ""
+            print(f"    [{finding['kind']}] {labels[finding['class']]} in {finding['count']} case(s){where}", file=stream)
+            if finding.get("inputs"):
+                print(f"      inputs: {finding['inputs']}", file=stream)
             for line in finding["explanation"]:
                 print(f"      {line}", file=stream)
             print(f"      minimal case: {finding['case']} ({cases_dir / (finding['case'] + '.json')})", file=stream)
@@ -73,31 +86,57 @@ def _print_record(template: _Template, record: dict, cases_dir: Path, stream) ->
                   f"{finding['explanation'][1]}", file=stream)
 
 
-def cmd_lint(args) -> int:
+def lint_templates(templates: list, workers: int) -> tuple[dict, dict]:
+    """(template id -> property record, template id -> classified findings) through the reference."""
+    from conformance.analysis.findings import classify
     from conformance.analysis.properties import compute_properties
-    from conformance.corpus.cases import CASES_DIR
     from runners import REFERENCE_RUNNER, get_runner
 
-    path = Path(args.path)
-    templates = templates_from_file(path, args.template_name, args.bos, args.eos)
-    runner = get_runner(REFERENCE_RUNNER, workers=args.workers)
+    findings: dict = {}
+
+    def each(entry, source, cases, out, record) -> None:
+        findings[entry.id] = classify(source, cases, out, record)
+
+    runner = get_runner(REFERENCE_RUNNER, workers=workers)
     try:
-        results, failures = compute_properties(templates, runner)
+        results, failures = compute_properties(templates, runner, each=each)
     finally:
         runner.close()
     if failures:
         # the reference itself crashed or timed out on this template: nothing can be said about it
         raise UserError("; ".join(f"{template_id}: the reference failed: {message}" for template_id, message in failures))
-    violated = any(results[t.id]["violated"] for t in templates)
-    if args.json:
-        json.dump({"file": str(path), "violated": violated,
-                   "templates": [{"name": t.id, "bos_token": t.bos_token, "eos_token": t.eos_token,
-                                  "properties": results[t.id]} for t in templates]},
-                  sys.stdout, ensure_ascii=False, sort_keys=True, indent=1)
-        sys.stdout.write("\n")
+    return results, findings
+
+
+def cmd_lint(args) -> int:
+    from conformance.corpus.cases import CASES_DIR
+
+    path = Path(args.path)
+    templates = templates_from_file(path, args.template_name, args.bos, args.eos)
+    results, findings = lint_templates(templates, args.workers)
+    violated = any(f["class"] == "violation" for t in templates for f in findings[t.id])
+    data = {"file": str(path), "violated": violated,
+            "templates": [{"name": t.id, "bos_token": t.bos_token, "eos_token": t.eos_token,
+                           "properties": results[t.id], "findings": findings[t.id]} for t in templates]}
+    fmt = "json" if args.json else args.format
+    if fmt == "json":
+        text = json.dumps(data, ensure_ascii=False, sort_keys=True, indent=1) + "\n"
+    elif fmt == "sarif":
+        from conformance.report.sarif import lint_sarif
+
+        text = json.dumps(lint_sarif(data, args.path), ensure_ascii=False, indent=1) + "\n"
     else:
+        text = None
+    if text is not None and args.out:
+        from conformance.cli.compat import write_output
+
+        write_output(text, args.out)
+    elif text is not None:
+        sys.stdout.write(text)
+    if text is None or args.out:
+        stream = sys.stdout if text is None else sys.stderr
         for template in templates:
-            _print_record(template, results[template.id], CASES_DIR, sys.stdout)
+            _print_record(template, results[template.id], findings[template.id], CASES_DIR, stream)
     return EXIT_FAIL if violated else EXIT_OK
 
 
@@ -107,11 +146,17 @@ def register(sub) -> None:
                        description="Runs prefix stability, generation prompt, marker balance, repr leaks, time "
                                    "invariance, determinism and faithfulness through the reference on the "
                                    "template(s) of a .jinja, tokenizer_config.json, chat_template.json or .gguf. "
-                                   "Exit 0: clean; 1: a property is violated; 2: bad input.")
+                                   "Each finding is a violation (breaks the model), a capability (an input "
+                                   "the template does not take) or design (the format's own choice). Exit 0: no "
+                                   "violation; 1: a violation; 2: bad input.")
     p.add_argument("path", metavar="TEMPLATE|GGUF|tokenizer_config.json")
     p.add_argument("--template-name", metavar="NAME", help="only this named variant inside the file (tool_use, ...)")
     p.add_argument("--bos", metavar="TEXT", help="bos_token text (overrides the file's)")
     p.add_argument("--eos", metavar="TEXT", help="eos_token text (overrides the file's)")
-    p.add_argument("--json", action="store_true", help="print the property records as JSON")
+    p.add_argument("--json", action="store_true", help="print the property records and classified findings as "
+                                                         "JSON (the same as --format json)")
+    p.add_argument("--format", choices=("terminal", "json", "sarif"), default="terminal",
+                   help="output format (default terminal); sarif: SARIF 2.1.0 for code scanning")
+    p.add_argument("--out", metavar="FILE", help="write the JSON or SARIF here (the terminal text goes to stderr)")
     p.add_argument("--workers", type=int, default=2, help="reference harness processes (default 2)")
     p.set_defaults(func=cmd_lint)

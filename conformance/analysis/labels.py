@@ -1,0 +1,69 @@
+"""Lint's precision and recall on hand-labelled templates (conformance/analysis/lint-labels.json).
+
+A finding lint counts as a violation (class `violation`, analysis/findings.py) is a true positive when the
+label says the template really has that defect, a false positive when it does not; a labelled defect lint
+shows only as a capability or design finding is a false negative. Recall is over the defects the raw
+properties report: a defect no property sees is outside what the labels can measure.
+
+    python -m conformance.analysis.labels     renders the labelled templates through the reference and prints
+                                              the figures (docs/properties.md quotes them)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+LABELS = Path(__file__).with_name("lint-labels.json")
+PARTS = ("training", "held_out")
+
+
+def load_labels(path: Path = LABELS) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def score(findings: dict, labels: dict) -> dict:
+    """Per part and over both: tp, fp, fn, tn, precision, recall, plus the findings without a label and the
+    labels without a finding (both must be empty for the figures to mean anything)."""
+    out: dict = {}
+    unlabelled, unseen = [], []
+    total = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+    for part in PARTS:
+        counts = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+        for template, marks in labels[part].items():
+            got = {(f["property"], f["kind"]): f["class"] for f in findings.get(template, [])}
+            wanted = {(m["property"], m["kind"]): m["defect"] for m in marks}
+            unlabelled += [f"{template}: {p}/{k}" for p, k in sorted(set(got) - set(wanted))]
+            unseen += [f"{template}: {p}/{k}" for p, k in sorted(set(wanted) - set(got))]
+            for key in set(got) & set(wanted):
+                flagged, defect = got[key] == "violation", wanted[key]
+                counts["tp" if flagged and defect else "fp" if flagged else "fn" if defect else "tn"] += 1
+        out[part] = _figures(counts, len(labels[part]))
+        for key in total:
+            total[key] += counts[key]
+    out["all"] = _figures(total, sum(len(labels[p]) for p in PARTS))
+    out["unlabelled"], out["unseen"] = unlabelled, unseen
+    return out
+
+
+def _figures(counts: dict, templates: int) -> dict:
+    flagged, defects = counts["tp"] + counts["fp"], counts["tp"] + counts["fn"]
+    return {**counts, "templates": templates, "findings": sum(counts.values()),
+            "precision": round(counts["tp"] / flagged, 4) if flagged else None,
+            "recall": round(counts["tp"] / defects, 4) if defects else None,
+            "raw_precision": round(defects / sum(counts.values()), 4) if sum(counts.values()) else None}
+
+
+def measure(workers: int = 2) -> dict:
+    """Lint every labelled template (corpus bytes and special tokens) and score it against the labels."""
+    from conformance.cli.lint import lint_templates
+    from conformance.corpus.manifest import load_corpus
+
+    labels = load_labels()
+    corpus = load_corpus()
+    entries = [corpus.get(t) for part in PARTS for t in labels[part]]
+    _, findings = lint_templates(entries, workers)
+    return score(findings, labels)
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(), indent=1))
