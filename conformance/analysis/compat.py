@@ -200,10 +200,12 @@ class CompatOptions:
     log: Optional[Callable[[str], None]] = None
 
 
-def compat(template: UserTemplate, options: CompatOptions, cases: Optional[list] = None,
-           open_runner: Optional[Callable[[str], object]] = None) -> dict:
-    """The compat record of one template (conformance/schemas/compat.schema.json#/$defs/template)."""
-    from conformance.checkrun import CheckRun
+def compat(template: UserTemplate, options: CompatOptions, check_run: Callable, explain_options: Callable,
+           cases: Optional[list] = None, open_runner: Optional[Callable[[str], object]] = None) -> dict:
+    """The compat record of one template (conformance/schemas/compat.schema.json#/$defs/template).
+
+    check_run / explain_options: conformance.checkrun's CheckRun and ExplainOptions, handed in by the caller
+    (the check run sits a floor above analysis): every render and judgement goes through one check run."""
     from conformance.corpus.cases import load_cases
     from conformance.explain.signature import reference_golden, symptom_of
     from conformance.judge.pipeline import GoldenJudge, iter_cells
@@ -220,7 +222,7 @@ def compat(template: UserTemplate, options: CompatOptions, cases: Optional[list]
     log = options.log or (lambda _: None)
 
     reference_runner = opener(REFERENCE_RUNNER)
-    run = CheckRun(cells, judge=GoldenJudge(goldens), expectations_dir=options.expectations_dir,
+    run = check_run(cells, judge=GoldenJudge(goldens), expectations_dir=options.expectations_dir,
                    store=options.store, refresh=options.refresh, tokens=False, workers=options.workers,
                    timeout=options.timeout, reference=lambda: reference_runner)
     try:
@@ -240,7 +242,7 @@ def compat(template: UserTemplate, options: CompatOptions, cases: Optional[list]
             try:
                 results = run.check(engine, spec)
                 engines.append(_engine_record(spec, results, template, goldens, engine, reference_runner,
-                                              options, run, symptom_of))
+                                              options, run, symptom_of, explain_options))
             finally:
                 engine.close()
     finally:
@@ -261,7 +263,7 @@ def compat(template: UserTemplate, options: CompatOptions, cases: Optional[list]
 
 
 def _engine_record(spec, results, template: UserTemplate, goldens, engine, reference, options: CompatOptions,
-                   run, symptom_of) -> dict:
+                   run, symptom_of, explain_options) -> dict:
     from conformance.explain.causes import engine_outcome
     from conformance.judge.status import NON_MATCHING, Verdict
 
@@ -302,10 +304,8 @@ def _engine_record(spec, results, template: UserTemplate, goldens, engine, refer
     # 3. a fresh, bounded reduction of what is left
     unexplained = {k for k in symptoms if k not in assigned}
     if options.reduce and unexplained:
-        from conformance.checkrun import ExplainOptions
-
         # the check run's explain stage, on these cells only (scope "all": no baseline fast path to take)
-        run.explain = ExplainOptions(scope="all", budget=options.budget, max_groups=options.max_groups)
+        run.explain = explain_options(scope="all", budget=options.budget, max_groups=options.max_groups)
         try:
             explanation = run.check(engine, spec, explain_only=unexplained).explanation
         finally:

@@ -261,3 +261,23 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
                 entry["inputs"] = inputs
             found.append(entry)
     return found
+
+
+def lint_templates(templates: list, workers: int = 2) -> tuple[dict, dict]:
+    """(template id -> property record, template id -> classified findings) through the reference; a
+    ValueError naming the template when the reference itself fails (nothing can be said about it)."""
+    from runners import REFERENCE_RUNNER, get_runner
+
+    findings: dict = {}
+
+    def each(entry, source, cases, out, record) -> None:
+        findings[entry.id] = classify(source, cases, out, record)
+
+    runner = get_runner(REFERENCE_RUNNER, workers=workers)
+    try:
+        results, failures = P.compute_properties(templates, runner, each=each)
+    finally:
+        runner.close()
+    if failures:
+        raise ValueError("; ".join(f"{template_id}: the reference failed: {message}" for template_id, message in failures))
+    return results, findings

@@ -55,7 +55,7 @@ def _figures(counts: dict, templates: int) -> dict:
 
 def measure(workers: int = 2) -> dict:
     """Lint every labelled template (corpus bytes and special tokens) and score it against the labels."""
-    from conformance.cli.lint import lint_templates
+    from conformance.analysis.findings import lint_templates
     from conformance.corpus.manifest import load_corpus
 
     labels = load_labels()

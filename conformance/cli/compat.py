@@ -40,6 +40,7 @@ def engines_from_args(values) -> list:
 
 def compat_record(path: Path, args, log=None) -> dict:
     from conformance.analysis.compat import CompatOptions, UserTemplate, compat
+    from conformance.checkrun import CheckRun, ExplainOptions
     from conformance.cli.lint import templates_from_file
     from conformance.cli.options import store_from_args
 
@@ -48,7 +49,8 @@ def compat_record(path: Path, args, log=None) -> dict:
     options = CompatOptions(engines=engines_from_args(args.engines), workers=args.workers, timeout=args.timeout,
                             reduce=args.reduce, budget=args.budget, max_groups=args.max_groups, store=store,
                             refresh=refresh, expectations_dir=args.expectations, log=log)
-    records = [compat(UserTemplate(t.id, t.text, t.bos_token, t.eos_token), options) for t in templates]
+    records = [compat(UserTemplate(t.id, t.text, t.bos_token, t.eos_token), options, CheckRun, ExplainOptions)
+               for t in templates]
     return {"format": 1, "file": str(path), "engines": list(options.engines), "templates": records,
             "renders_right_everywhere": all(r["renders_right_everywhere"] for r in records)}
 

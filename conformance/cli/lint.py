@@ -86,32 +86,12 @@ def _print_record(template: _Template, record: dict, findings: list, cases_dir: 
                   f"{finding['explanation'][1]}", file=stream)
 
 
-def lint_templates(templates: list, workers: int) -> tuple[dict, dict]:
-    """(template id -> property record, template id -> classified findings) through the reference."""
-    from conformance.analysis.findings import classify
-    from conformance.analysis.properties import compute_properties
-    from runners import REFERENCE_RUNNER, get_runner
-
-    findings: dict = {}
-
-    def each(entry, source, cases, out, record) -> None:
-        findings[entry.id] = classify(source, cases, out, record)
-
-    runner = get_runner(REFERENCE_RUNNER, workers=workers)
-    try:
-        results, failures = compute_properties(templates, runner, each=each)
-    finally:
-        runner.close()
-    if failures:
-        # the reference itself crashed or timed out on this template: nothing can be said about it
-        raise UserError("; ".join(f"{template_id}: the reference failed: {message}" for template_id, message in failures))
-    return results, findings
-
-
 def cmd_lint(args) -> int:
     from conformance.corpus.cases import CASES_DIR
 
     path = Path(args.path)
+    from conformance.analysis.findings import lint_templates
+
     templates = templates_from_file(path, args.template_name, args.bos, args.eos)
     results, findings = lint_templates(templates, args.workers)
     violated = any(f["class"] == "violation" for t in templates for f in findings[t.id])

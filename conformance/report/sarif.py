@@ -64,8 +64,6 @@ def _rule_index(rules: list, index: dict, rule_id: str, short: str, full: str, l
 def lint_sarif(record: dict, path: str) -> dict:
     """One result per lint finding (violation, capability or design) of every template in a lint record
     (`chatgold lint --json`'s shape, with each finding's `class` and `line`)."""
-    from conformance.analysis.properties import DEMANDS
-
     rules: list = []
     index: dict = {}
     results = []
@@ -74,7 +72,7 @@ def lint_sarif(record: dict, path: str) -> dict:
             level = LINT_LEVELS[finding["class"]]
             rule_id = f"{finding['property']}/{finding['kind']}"
             rule = _rule_index(rules, index, rule_id, f"{finding['property']}: {finding['kind']}",
-                               DEMANDS.get(finding["property"], finding["property"]), level)
+                               finding["explanation"][0], level)
             text = (f"[{finding['class']}] {' '.join(finding['explanation'])} Minimal case: {finding['case']} "
                     f"({finding['count']} case(s)).")
             if finding.get("inputs"):
