@@ -113,3 +113,25 @@ def test_gguf_input(tmp_path, capsys):
     assert main(["compat", str(path), "--engines", "minijinja", "--workers", "1", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["templates"][0]["template"]["bos_token"] == "<s>"
+
+
+def test_the_code_scanning_workflow_example_passes_actionlint(tmp_path):
+    """docs/github-actions.md's model-repository workflow (lint and compat SARIF uploaded) is a valid workflow."""
+    import re
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "github-actions.md").read_text(encoding="utf-8")
+    [block] = [b for b in re.findall(r"```yaml\n(.*?)```", docs, re.S) if "chat-template.yml" in b]
+    assert "github/codeql-action/upload-sarif" in block and "--format sarif" in block
+    path = shutil.which("actionlint")
+    assert path, "actionlint is not on PATH: install the project's test extra (pip install -e .[test])"
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "chat-template.yml").write_text(block)
+    lint = subprocess.run([path, "-no-color"], capture_output=True, text=True, timeout=120, cwd=repo)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    (repo / ".github" / "workflows" / "chat-template.yml").write_text(block.replace("runs-on:", "runs_on:"))
+    assert subprocess.run([path, "-no-color"], capture_output=True, text=True, timeout=120, cwd=repo).returncode != 0
