@@ -248,6 +248,11 @@ def compat(template: UserTemplate, options: CompatOptions, check_run: Callable, 
     finally:
         reference_runner.close()
     rendered = sum(1 for o in reference_outcomes if o.kind == "rendered")
+    digest = hashlib.sha256()
+    for cell in cells:  # every case's reference bytes (or refusal), in case order: --fix proves rewrites by it
+        golden = goldens.goldens.get(cell.key)
+        digest.update(f"{cell.case.id}\x1f{golden.kind if golden else 'none'}\x1f".encode())
+        digest.update((golden.data if golden else b"") + b"\x1e")
     return {
         "format": FORMAT_VERSION,
         "template": {"name": template.id if twin is None else template.id, "corpus_id": twin.id if twin else None,
@@ -255,7 +260,7 @@ def compat(template: UserTemplate, options: CompatOptions, check_run: Callable, 
                      "lines": template.text.count("\n") + 1},
         "reference": {"runner": reference_info, "cases": len(cells), "rendered": rendered,
                       "raised": sum(1 for o in reference_outcomes if o.kind == "raised"),
-                      "failed": reference_failed},
+                      "failed": reference_failed, "digest": digest.hexdigest()},
         "engines": engines,
         "renders_right_everywhere": all(e["renders_right"] for e in engines),
         "seconds": round(time.perf_counter() - started, 3),

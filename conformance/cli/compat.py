@@ -38,7 +38,7 @@ def engines_from_args(values) -> list:
     return engines
 
 
-def compat_record(path: Path, args, log=None) -> dict:
+def compat_record(path: Path, args, log=None) -> tuple:
     from conformance.analysis.compat import CompatOptions, UserTemplate, compat
     from conformance.checkrun import CheckRun, ExplainOptions
     from conformance.cli.lint import templates_from_file
@@ -49,10 +49,27 @@ def compat_record(path: Path, args, log=None) -> dict:
     options = CompatOptions(engines=engines_from_args(args.engines), workers=args.workers, timeout=args.timeout,
                             reduce=args.reduce, budget=args.budget, max_groups=args.max_groups, store=store,
                             refresh=refresh, expectations_dir=args.expectations, log=log)
+    if args.fix and len(templates) != 1:
+        raise UserError(f"{path}: --fix rewrites one template; this file has {len(templates)} (choose one with "
+                        f"--template-name)")
     records = [compat(UserTemplate(t.id, t.text, t.bos_token, t.eos_token), options, CheckRun, ExplainOptions)
                for t in templates]
-    return {"format": 1, "file": str(path), "engines": list(options.engines), "templates": records,
-            "renders_right_everywhere": all(r["renders_right_everywhere"] for r in records)}
+    record = {"format": 1, "file": str(path), "engines": list(options.engines), "templates": records,
+              "renders_right_everywhere": all(r["renders_right_everywhere"] for r in records)}
+    fixed = None
+    if args.fix:
+        from dataclasses import replace
+
+        from conformance.analysis.rewrites import fix
+
+        [template] = templates
+        quiet = replace(options, reduce=False, log=None)
+        text, _, section = fix(template.text, records[0], lambda candidate: compat(
+            UserTemplate(template.id, candidate, template.bos_token, template.eos_token), quiet, CheckRun,
+            ExplainOptions))
+        record["fix"] = {"out": args.fix if section["applied"] else None, **section}
+        fixed = (template.text, text)
+    return record, fixed
 
 
 def render_output(record: dict, fmt: str, path: str) -> str:
@@ -82,11 +99,38 @@ def write_output(text: str, out) -> None:
 
 def cmd_compat(args) -> int:
     path = Path(args.path)
-    record = compat_record(path, args, log=lambda line: print(f"chatgold compat: {line}", file=sys.stderr))
+    if args.fix and Path(args.fix).resolve() == path.resolve():
+        raise UserError(f"{args.fix}: --fix writes a new file; it will not overwrite the template it reads")
+    record, fixed = compat_record(path, args, log=lambda line: print(f"chatgold compat: {line}", file=sys.stderr))
+    if fixed is not None:
+        _write_fix(record["fix"], *fixed, args.fix, path)
     write_output(render_output(record, args.format, args.path), args.out)
     if args.out and args.format != "terminal":
         print(render_output(record, "terminal", args.path), end="", file=sys.stderr)
     return EXIT_OK if record["renders_right_everywhere"] else EXIT_FAIL
+
+
+def _write_fix(section: dict, before: str, after: str, out: str, path: Path) -> None:
+    """Write the rewritten template (only when a rewrite was proven) and show the diff and the before/after
+    table on stderr."""
+    import difflib
+
+    from conformance.files import atomic_write
+
+    for entry in section["rejected"]:
+        print(f"chatgold compat --fix: not applied: {entry['name']} ({entry['sites']} site(s)): {entry['why']}",
+              file=sys.stderr)
+    if not section["applied"]:
+        print(f"chatgold compat --fix: no rewrite keeps the reference's bytes and makes an engine render more "
+              f"cases right; {out} not written", file=sys.stderr)
+        return
+    atomic_write(Path(out), after.encode("utf-8"))
+    sys.stderr.writelines(difflib.unified_diff(before.splitlines(True), after.splitlines(True), str(path), out))
+    print("\nengine            right before  right after", file=sys.stderr)
+    for engine, count in section["before"].items():
+        print(f"{engine:<17} {count:>12}  {section['after'][engine]:>11}", file=sys.stderr)
+    print(f"wrote {out}: " + ", ".join(f"{e['name']} ({e['sites']} site(s); " + ", ".join(
+        f"{k} {v:+d}" for k, v in sorted(e["gained"].items())) + ")" for e in section["applied"]), file=sys.stderr)
 
 
 def register(sub) -> None:
@@ -116,6 +160,11 @@ def register(sub) -> None:
     p.add_argument("--budget", type=int, default=300, metavar="N", help="candidate renders per reduction (default 300)")
     p.add_argument("--max-groups", type=int, default=3, metavar="N",
                    help="reduce at most N symptom groups per engine (default 3)")
+    p.add_argument("--fix", metavar="OUT.jinja",
+                   help="try the portable rewrites (conformance/analysis/rewrites.py) and write OUT.jinja with those "
+                        "proven by rendering: the reference's bytes unchanged on every case, at least one engine "
+                        "renders more cases right, none fewer; prints the diff and the before/after table (the "
+                        "exit status is still the input template's)")
     p.add_argument("--workers", type=int, default=2, help="engine processes per runner (default 2)")
     p.add_argument("--timeout", type=float, default=20.0, metavar="S", help="seconds per render (default 20)")
     add_expectations_dir(p)
