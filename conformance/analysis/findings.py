@@ -4,19 +4,26 @@ A property record (properties.py) lists every violation the same way. A publishe
 break the model, so each violation is put in one class, decided by rendering, never by a table of names:
 
     violation   breaks the model: the finding stays when the inputs below are left out
-    capability  the template does not take an input: the finding comes only from cases that give it, so it is
-                shown with those inputs and does not fail lint. Content parts (a message `content` that is a
-                list of `{type, text}` parts, which a text-only template prints as a Python repr or drops;
-                servers such as vLLM join text parts into a string before the template runs).
-    design      the format's own choice, learnt from the template's own markers: in the probe
-                `[user, assistant tool call, tool result]` the assistant's closer (learnt from the probe
-                `[user, assistant]`) does not follow the tool call before the tool result, i.e. the template
-                keeps the assistant's turn open across tool calls (Gemma 4). Then an `unclosed-turn` or a
-                generation prompt that differs after a tool result, found only in cases with tool turns, is
-                that design, not a defect.
+    capability  the template does not take an input: the finding comes only from cases that give it; shown
+                with those inputs, it does not fail lint. Content parts (a message `content` that is a list of
+                `{type, text}` parts, which a text-only template prints as a Python repr or drops; servers such
+                as vLLM join text parts into a string first), and a system or developer message after the
+                first message (a template that takes one, at the start).
+    design      the format's own choice, learnt from the template's own renders and markers:
+                - tool turns: an unclosed turn, stray closer or varying generation prompt found only in cases
+                  with tool turns, when the probe `[user, tool call, tool result]` shows the assistant's
+                  closer (from the probe `[user, assistant]`) missing between the call and the result (the
+                  turn is kept open across tool calls: Gemma 4), or every conversation ending with a tool
+                  result gets an empty generation prompt (the model's turn goes on: DeepSeek);
+                - an unclosed turn whose next opener follows with only whitespace between (one header of two
+                  markers), or whose role's probe shows no closer of its own (Falcon 3's turns end where the
+                  next begins);
+                - a rewritten history whose earlier bytes from the break are markers only and the generation
+                  prompt's (or an empty reasoning block), or begin with the system message the later prompt
+                  still shows further on (Mistral puts the system prompt in the last user message).
 
-The split re-derives the property on the cases without those inputs from the same renders (no new render), so
-it costs nothing over `lint` itself. The stored property records are unchanged.
+The split re-derives the property on case subsets from the same renders (no new render), so it costs nothing
+over `lint` itself. The stored property records are unchanged. Measured against hand labels in labels.py.
 """
 from __future__ import annotations
 
