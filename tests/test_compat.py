@@ -135,3 +135,40 @@ def test_the_code_scanning_workflow_example_passes_actionlint(tmp_path):
     assert lint.returncode == 0, lint.stdout + lint.stderr
     (repo / ".github" / "workflows" / "chat-template.yml").write_text(block.replace("runs-on:", "runs_on:"))
     assert subprocess.run([path, "-no-color"], capture_output=True, text=True, timeout=120, cwd=repo).returncode != 0
+
+
+def test_reduce_finds_a_cause_for_what_no_known_cause_explains(tmp_path, capsys):
+    """Qwen2.5's tool schemas through @huggingface/jinja: two float cells no known cause matches by mechanism;
+    --reduce (bounded) gives them a reduced cause with its reproducer, and then every differing cell has one."""
+    from conformance.corpus.manifest import load_corpus
+
+    entry = load_corpus().get("qwen-qwen2.5-7b-instruct")
+    path = tmp_path / "tokenizer_config.json"
+    # other special tokens than the corpus copy's: the baseline's cells do not apply, only causes by mechanism
+    path.write_text(json.dumps({"chat_template": entry.source(), "bos_token": "<s>", "eos_token": "</s>"}))
+    args = ["compat", str(path), "--engines", "hfjs", "--workers", "1", "--format", "json"]
+    assert main(args) == 1
+    before = json.loads(capsys.readouterr().out)["templates"][0]["engines"][0]
+    assert before["unexplained"] >= 1
+    assert main(args + ["--reduce", "--max-groups", "2", "--budget", "150"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    schema_validator("compat.schema.json").validate(data)
+    engine = data["templates"][0]["engines"][0]
+    reduced = [c for c in engine["causes"] if c["how"] == "reduced"]
+    assert reduced and all(c["reproducer"] and c["cases"] for c in reduced)
+    assert engine["unexplained"] < before["unexplained"]
+    assert engine["counts"] == before["counts"]  # reducing explains cells; it never changes a verdict
+
+
+def test_a_corpus_template_with_its_own_tokens_gets_the_baselines_causes(tmp_path, capsys):
+    from conformance.corpus.manifest import load_corpus
+
+    entry = load_corpus().get("qwen-qwen2.5-7b-instruct")
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(json.dumps({"chat_template": entry.source(), "bos_token": entry.bos_token,
+                                "eos_token": entry.eos_token}))
+    assert main(["compat", str(path), "--engines", "hfjs", "--workers", "1", "--format", "json"]) == 1
+    template = json.loads(capsys.readouterr().out)["templates"][0]
+    assert template["template"]["corpus_id"] == "qwen-qwen2.5-7b-instruct"
+    engine = template["engines"][0]
+    assert {c["how"] for c in engine["causes"]} == {"baseline"} and engine["unexplained"] == 0
