@@ -255,7 +255,7 @@ def compat(template: UserTemplate, options: CompatOptions, check_run: Callable, 
         digest.update((golden.data if golden else b"") + b"\x1e")
     return {
         "format": FORMAT_VERSION,
-        "template": {"name": template.id if twin is None else template.id, "corpus_id": twin.id if twin else None,
+        "template": {"name": template.id, "corpus_id": twin.id if twin else None,
                      "bos_token": template.bos_token, "eos_token": template.eos_token,
                      "lines": template.text.count("\n") + 1},
         "reference": {"runner": reference_info, "cases": len(cells), "rendered": rendered,
