@@ -1,5 +1,10 @@
 """mistral.rs as its PyPI package renders a chat request: `mistralrs` 0.9.5 (PyPI 2026-10-19), reproduced.
 
+The route: the Python API (`Runner.send_chat_completion_request` with mistralrs-pyo3's `ChatCompletionRequest`),
+whose request types keep only a message's role and content. The HTTP server's route is `mistralrs-server`
+(runners/mistralrs_server.py). Citations at a tag are to v0.9.2, the newest release tag in the source history
+read; every text cited was checked against the 0.9.5 wheel (tests/test_mistralrs.py).
+
 What is reproduced, and from where (mistral.rs, github.com/EricLBuehler/mistral.rs):
 - the engine: MiniJinja 2.14.0 with minijinja-contrib 2.14.0 (crate versions embedded in the 0.9.5 wheel's
   extension module), rendered here by the `minijinja` binding 2.14.0 from PyPI, the same engine release.
@@ -8,7 +13,7 @@ What is reproduced, and from where (mistral.rs, github.com/EricLBuehler/mistral.
   `Environment::new()` with trim_blocks and lstrip_blocks, lenient undefined, pycompat's unknown-method
   callback; `raise_exception(msg)` failing as "invalid operation: msg"; `strftime_now(fmt)` (chrono, local
   time; here the case's frozen clock in UTC); its own `tojson`, which in 0.9.5 writes Python `json.dumps`
-  separators (", ", ": "), no HTML escaping, `indent` capped at 256; the source rewrites applied before
+  separators (", ", ": "), no HTML escaping, an `indent` over 256 an error ("exceeds the maximum of 256"); the source rewrites applied before
   compiling, in order: `namespace(name=tcid if tcid else '')` parenthesised, `[::-1]` -> `|reverse`,
   `range(x, -1, -1)` -> `range(x)|reverse`, GLM-4's `{{ meta }}` lines dropped, `{% generation %}` /
   `{% endgeneration %}` tags (any whitespace control) removed.
@@ -69,6 +74,35 @@ _GLM_META_SET = '{%- set meta = message.get("metadata", "") %}'
 BUILTIN_TOOLS = ("browser", "python", "code_interpreter", "web_search", "brave_search", "wolfram_alpha")
 REQUEST_KWARGS = ("enable_thinking", "reasoning_effort")
 INDENT_CAP = 256
+# chat_template.rs @v0.9.2 lines 358-367 (`tojson`): an `indent` over the cap is an error, not capped.
+INDENT_ERROR = "invalid operation: tojson `indent` of {indent} exceeds the maximum of 256"
+
+# mistralrs-core/src/request.rs @v0.9.2: `ReasoningEffort` parsed from the trimmed, ASCII-lowercased text
+# (lines 118-133; "none" is "off", "max" is "xhigh"), bound by its canonical wire value (`as_str`, lines 62-70).
+REASONING_EFFORTS = {"off": "off", "none": "off", "low": "low", "medium": "medium", "high": "high",
+                     "xhigh": "xhigh", "max": "xhigh"}
+EFFORT_ERROR = "invalid reasoning effort `{value}`; expected one of: off, none, low, medium, high, xhigh, max"
+
+
+def _ascii_lower(text: str) -> str:
+    return "".join(c.lower() if c.isascii() else c for c in text)
+
+
+def reasoning_controls(enable_thinking, effort):
+    """(enable_thinking, reasoning_effort or None) as mistral.rs resolves a request's two reasoning controls
+    (request.rs @v0.9.2 `resolve_reasoning_controls`, lines 165-185; the Python API checks them when the
+    request is built, mistralrs-pyo3/src/requests.rs @v0.9.2 lines 497-500): an effort sets enable_thinking
+    (false only for "off"); a contradicting explicit enable_thinking is an error."""
+    if effort is not None:
+        canonical = REASONING_EFFORTS.get(_ascii_lower(effort.strip()))
+        if canonical is None:
+            raise ProductRefusal(EFFORT_ERROR.format(value=effort))
+        if enable_thinking is True and canonical == "off":
+            raise ProductRefusal("reasoning effort `off` conflicts with enable_thinking=true")
+        if enable_thinking is False and canonical != "off":
+            raise ProductRefusal(f"reasoning effort `{canonical}` conflicts with enable_thinking=false")
+        return canonical != "off", canonical
+    return (True if enable_thinking is None else enable_thinking), None
 
 
 class ProductRefusal(EngineRefusal):
@@ -301,7 +335,9 @@ class MistralRsRenderer(MiniJinjaRenderer):
 
         value = _ryu_floats(json.loads(str(serialised)))
         if indent is not None:
-            text = json.dumps(value, ensure_ascii=False, indent=min(int(indent), INDENT_CAP))
+            if int(indent) > INDENT_CAP:
+                raise ProductRefusal(INDENT_ERROR.format(indent=int(indent)))
+            text = json.dumps(value, ensure_ascii=False, indent=int(indent))
         else:
             text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
         return safe(_RYU_MARK.sub(lambda m: m.group(1), text))
@@ -326,12 +362,22 @@ class MistralRsRenderer(MiniJinjaRenderer):
             refused = tool_refusal(tool)
             if refused is not None:
                 return Raised(refused, RefusalKind.RENDER)
+        thinking, effort = request.kwargs.get("enable_thinking"), request.kwargs.get("reasoning_effort")
+        if not (thinking is None or isinstance(thinking, bool)) or not (effort is None or isinstance(effort, str)):
+            return Skipped("the Python API's conversion of a non-bool enable_thinking or a non-string "
+                           "reasoning_effort is not reproduced")
+        try:
+            thinking, effort = reasoning_controls(thinking, effort)
+        except ProductRefusal as exc:
+            return Raised(str(exc), RefusalKind.RENDER)
         now = self._parse_now(request.now)
         context = {"messages": messages, "add_generation_prompt": True, "bos_token": request.bos_token,
                    "eos_token": request.eos_token, "unk_token": None, "date_string": now.strftime("%d, %B, %Y"),
-                   "enable_thinking": bool(request.kwargs.get("enable_thinking", True))}
-        if request.kwargs.get("reasoning_effort") is not None:
-            context["reasoning_effort"] = request.kwargs["reasoning_effort"]
+                   "enable_thinking": thinking}
+        if effort is not None:
+            # chat_template.rs @v0.9.2 lines 852-854 and 867-869: reasoning_strength is the same value, since
+            # 0.9.1 (undefined, like reasoning_effort, when the request has no effort).
+            context.update(reasoning_effort=effort, reasoning_strength=effort)
         if request.tools:
             tools = [reshaped_tool(t) for t in request.tools]
             names = [t["function"]["name"] for t in tools]

@@ -79,3 +79,47 @@ def test_request_shapes_are_refused_or_rendered_as_the_wheel_does():
             if not agrees:
                 disagreements[name] = (outcome, answer)
     assert not disagreements, disagreements
+
+
+REASONING = "{{ reasoning_effort }}|{{ reasoning_strength }}|{{ enable_thinking }}"
+# mistral.rs's own checks and bindings (tojson's indent cap, the two reasoning controls), each pinned and put to
+# the wheel: (template, kwargs, the reproduction's outcome).
+CONTROLS = {
+    "indent over 256": ("{{ messages|tojson(indent=300) }}", {},
+                        "invalid operation: tojson `indent` of 300 exceeds the maximum of 256"),
+    "indent 256": ("{{ {'a': 1}|tojson(indent=256)|length }}", {}, "266"),
+    "effort high": (REASONING, {"reasoning_effort": "high"}, "high|high|true"),
+    "no effort": (REASONING + "|{{ reasoning_strength is defined }}", {}, "||true|false"),
+    "effort off": (REASONING, {"reasoning_effort": "off"}, "off|off|false"),
+    "effort spelled max": (REASONING, {"reasoning_effort": " MAX "}, "xhigh|xhigh|true"),
+    "effort none, thinking off": (REASONING, {"reasoning_effort": "none", "enable_thinking": False}, "off|off|false"),
+    "effort high, thinking off": (REASONING, {"reasoning_effort": "high", "enable_thinking": False},
+                                  "reasoning effort `high` conflicts with enable_thinking=false"),
+    "effort off, thinking on": (REASONING, {"reasoning_effort": "off", "enable_thinking": True},
+                                "reasoning effort `off` conflicts with enable_thinking=true"),
+    "unknown effort": (REASONING, {"reasoning_effort": "extreme"},
+                       "invalid reasoning effort `extreme`; expected one of: off, none, low, medium, high, xhigh, max"),
+}
+
+
+def test_reasoning_controls_and_tojson_indent_are_the_wheels():
+    from runners import RenderRequest, get_runner
+    from runners.base import Raised, Rendered
+    from runners.mistralrs_oracle import REQUIREMENTS, WHEEL_VERSION, Oracle
+    from runners.versions import installed_venv
+
+    if installed_venv(f"mistralrs-{WHEEL_VERSION}", REQUIREMENTS) is None:
+        pytest.fail("the mistralrs wheel is not installed in the cache: run scripts/setup.sh (tests never download)")
+    disagreements = {}
+    with get_runner("mistralrs") as runner, Oracle() as oracle:
+        for name, (template, kwargs, expected) in CONTROLS.items():
+            request = RenderRequest.make(template, [USER], "<s>", "</s>", add_generation_prompt=True, kwargs=kwargs)
+            outcome = runner.render(request)
+            if isinstance(outcome, Raised):
+                assert outcome.message == expected, (name, outcome)
+            else:
+                assert outcome == Rendered(expected), (name, outcome)
+            agrees, answer = oracle.check(request, outcome)
+            if not agrees:
+                disagreements[name] = (outcome, answer)
+    assert not disagreements, disagreements
