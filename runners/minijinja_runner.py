@@ -201,6 +201,8 @@ class MiniJinjaRenderer:
     homepage = HOMEPAGE
     # How the product words a raise_exception(message) refusal.
     raise_format = "{message}"
+    # The name the product registers the chat template under (its errors say "(in NAME:LINE)").
+    template_name = "chat_template"
 
     def __init__(self):
         from minijinja import Environment
@@ -271,12 +273,12 @@ class MiniJinjaRenderer:
         if refusal is not None:
             return refusal
         try:
-            load_template(self.env, "chat_template", source)
+            load_template(self.env, self.template_name, source)
         except TemplateError as exc:
             return Raised(error_text(exc), RefusalKind.COMPILE)
         self._now = self._parse_now(request.now)
         try:
-            text = render_native(self.env, source, context)
+            text = render_native(self.env, source, context, self.template_name)
         except TemplateError as exc:
             message = raised_by_template(exc)
             if message is not None:
@@ -326,11 +328,16 @@ class BindingRunner(CommandRunner):
         if binding is None:
             argv, env = python_harness(self.module)
         else:
-            argv, env = checkout_harness(binding_python(binding), self.module)
+            argv, env = checkout_harness(self.interpreter(binding), self.module)
         name = name or (f"{self.runner_name}@{version}" if version else self.runner_name)
         super().__init__(argv, name=name, timeout=timeout, workers=workers, env=env, **options)
         self.binding = binding or minijinja_version()
         self.version = self.product_version or self.binding
+
+    @classmethod
+    def interpreter(cls, binding: str):
+        """The python the harness runs on: one holding the binding (a runner needing more overrides this)."""
+        return binding_python(binding)
 
     def identity(self) -> dict:
         from .identity import python_runner_identity

@@ -109,13 +109,13 @@ class ProductRefusal(EngineRefusal):
     """The product refuses here with this exact message (a feature its MiniJinja build lacks)."""
 
 
-def loop_control_refusal(source: str) -> Optional[Raised]:
+def loop_control_refusal(source: str, name: str = "chat_template") -> Optional[Raised]:
     """MiniJinja without the loop_controls feature: `{% break %}`/`{% continue %}` do not parse."""
     found = _LOOP_CONTROL.search(source)
     if found is None:
         return None
     line = source.count("\n", 0, found.start()) + 1
-    return Raised(f"syntax error: unknown statement {found.group(1)} (in chat_template:{line})", RefusalKind.COMPILE)
+    return Raised(f"syntax error: unknown statement {found.group(1)} (in {name}:{line})", RefusalKind.COMPILE)
 
 
 def no_urlencode(*args, **kwargs):
