@@ -19,6 +19,9 @@ python -m runners.versions hfjs@0.5.5
 # The real mistralrs wheel, which the mistralrs runner is checked against (tests/test_mistralrs.py).
 python -m runners.mistralrs_oracle --install > /dev/null
 
+# The sglang runner's harness environment: the minijinja 2.14.0 binding and Jinja2 (its content-format detector).
+python -m runners.sglang_runner --install > /dev/null
+
 # llama-cpp-python built from its PyPI sdist, CPU-only, once per version into the cache (minutes on 2 cores).
 python -m conformance.cli engines build llama-cpp-python
 
