@@ -29,6 +29,7 @@ BUILTIN_RUNNERS = {
     "hfjs": "runners.hfjs:HFJSRunner",
     "tgi": "runners.tgi_runner:TGIRunner",
     "mistralrs": "runners.mistralrs_runner:MistralRsRunner",
+    "mistralrs-server": "runners.mistralrs_server:MistralRsServerRunner",
     "sglang": "runners.sglang_runner:SGLangRunner",
     "llama-cpp-python": "runners.llama_cpp_python:LlamaCppPythonRunner",
     "ollama": "runners.ollama:OllamaRunner",

@@ -358,11 +358,16 @@ class MistralRsRenderer(MiniJinjaRenderer):
             return Raised(str(exc), RefusalKind.RENDER)
         except NotReproduced as exc:
             return Skipped(str(exc))
+        return self.prepare_chat(request, messages, request.kwargs)
+
+    def prepare_chat(self, request: RenderRequest, messages: list, kwargs: dict):
+        """The chat-template stage every route of mistral.rs shares, given the messages as the route hands
+        them over and the reasoning controls it read."""
         for tool in request.tools or ():
             refused = tool_refusal(tool)
             if refused is not None:
                 return Raised(refused, RefusalKind.RENDER)
-        thinking, effort = request.kwargs.get("enable_thinking"), request.kwargs.get("reasoning_effort")
+        thinking, effort = kwargs.get("enable_thinking"), kwargs.get("reasoning_effort")
         if not (thinking is None or isinstance(thinking, bool)) or not (effort is None or isinstance(effort, str)):
             return Skipped("the Python API's conversion of a non-bool enable_thinking or a non-string "
                            "reasoning_effort is not reproduced")

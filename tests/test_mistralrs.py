@@ -123,3 +123,41 @@ def test_reasoning_controls_and_tojson_indent_are_the_wheels():
             if not agrees:
                 disagreements[name] = (outcome, answer)
     assert not disagreements, disagreements
+
+
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": '{"b": 1, "a": 2}'}}
+
+
+def test_server_route_passes_tool_calls_tool_call_id_and_name_and_parses_arguments():
+    """mistralrs-server reads messages as the HTTP server does (mistralrs-server-core chat_completion.rs):
+    unlike the Python API (role and content only, object-valued messages refused), tool calls, tool_call_id and
+    name reach the template and `arguments` is parsed into a mapping."""
+    from runners import RenderRequest, get_runner
+    from runners.base import Raised, RefusalKind, Rendered
+
+    history = [USER, {"role": "assistant", "content": None, "tool_calls": [CALL]},
+               {"role": "tool", "content": "r", "tool_call_id": "c1", "name": "f"}]
+
+    def render(runner, template, messages, **kwargs):
+        return runner.render(RenderRequest.make(template, messages, "<s>", "</s>", add_generation_prompt=True,
+                                                kwargs=kwargs))
+
+    with get_runner("mistralrs-server") as server, get_runner("mistralrs") as api:
+        assert render(server, "{{ messages[1] }}|{{ messages[2] }}", history) == Rendered(
+            '{"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function", "function": '
+            '{"name": "f", "arguments": {"b": 1, "a": 2}}}]}|{"role": "tool", "content": "r", "tool_call_id": '
+            '"c1", "name": "f"}')
+        assert isinstance(render(api, "{{ messages[1] }}", history), Raised)
+        # a call without an id gets its function's name; arguments that are not a JSON object stay text
+        bare = {"type": "function", "function": {"name": "g", "arguments": "[1]"}}
+        assert render(server, "{{ messages[1].tool_calls[0].id }}|{{ messages[1].tool_calls[0].function.arguments }}",
+                      [USER, {"role": "assistant", "content": "", "tool_calls": [bare]}]) == Rendered("g|[1]")
+        assert render(server, "x", [USER, {"role": "assistant", "content": None}]) == \
+            Raised("No content was provided, expected tool calls to be provided.", RefusalKind.RENDER)
+        objects = {"id": "1", "type": "function", "function": {"name": "f", "arguments": {"a": 1}}}
+        assert render(server, "x", [USER, {"role": "assistant", "content": None, "tool_calls": [objects]}]) == \
+            Raised("Failed to deserialize the JSON body into the target type: messages: data did not match any "
+                   "variant of untagged enum Either", RefusalKind.RENDER)
+        # chat_template_kwargs: only the reasoning controls are read; another kwarg is dropped, not refused
+        assert render(server, "{{ foo }}|{{ enable_thinking }}|{{ reasoning_strength }}", [USER], foo=1,
+                      reasoning_effort="low") == Rendered("|true|low")
