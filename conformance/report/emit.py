@@ -19,7 +19,7 @@ from conformance.files import ENCODING_ERRORS
 
 FORMATS = ("pytest", "minijinja", "hfjs", "llamacpp", "json", "issue")
 # Runners whose engine is MiniJinja's Python binding: their pytest renders through it.
-MINIJINJA_RUNNERS = ("minijinja", "tgi", "mistralrs")
+MINIJINJA_RUNNERS = ("minijinja", "tgi", "mistralrs", "mistralrs-server", "sglang")
 SEMANTICS = Path(__file__).resolve().parents[2] / "runners" / "protocol" / "SEMANTICS.md"
 
 
