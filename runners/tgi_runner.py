@@ -1,81 +1,97 @@
-"""text-generation-inference's chat route (`/v1/chat/completions`, router v3.x), reproduced on the minijinja binding.
+"""text-generation-inference v3.3.7's chat route (`/v1/chat/completions`), reproduced on the minijinja binding.
 
 TGI ships as a container and a Rust binary, not as a package that can render a prompt, so every step between
-the OpenAI-style request and the rendered prompt is reproduced here, from TGI's source
-(github.com/huggingface/text-generation-inference):
-- engine: TGI locks minijinja 2.7.0 and minijinja-contrib 2.7.0 (`Cargo.lock` @00ee4fb250adcf9355a5521da775b6d8834f515d,
-  workspace 3.1.1-dev0; `Cargo.toml` asks for minijinja's `json` feature, `loop_controls` since PR #2998, and
-  contrib's `pycompat`). The PyPI
-  binding 2.7.0 has no switch for contrib's unknown-method callback (it arrived in binding 2.9.0), so the runner
-  renders with binding **2.9.0**, the nearest release that has it: the 2.7 -> 2.9 engine changes are the
-  known approximation.
-- environment (`router/src/infer/chat_template.rs` @0275c52cbdfb3ce619d9cf7323e5acc41027bbe7 and
-  @058162685f0531edb4c566151eb68c490ebe8267): `Environment::new()`, i.e. no trim_blocks, no lstrip_blocks,
-  lenient undefined; `set_unknown_method_callback(pycompat::unknown_method_callback)`;
-  `raise_exception(text)` failing as a syntax error ("syntax error: text"); the template compiled once at
-  start-up (a template that does not compile stops the server: every cell is that compile refusal).
-  `{% break %}`/`{% continue %}` render: TGI PR #2998 (merged February 2025, before the v3.x changes below)
-  turned on minijinja's `loop_controls` feature. The binding's `urlencode`, a feature TGI's build does not
-  ask for, is refused as TGI refuses it.
-- v3.x additions (TGI PR #3204 and the Qwen3/Gemma 3 fixes, read from excerpts of chat_template.rs, not at a
-  tagged commit): `strftime_now(fmt)` (chrono, local time; here the case's frozen clock in UTC); literal
-  source rewrites before compiling: `messages[0]['content'][0]['text']` -> `messages[0]['content']`,
-  `[::-1]` -> `|reverse`, and exactly `{% generation %}` / `{% endgeneration %}` removed (a
-  whitespace-controlled `{%- generation -%}` is not matched, so it stays an unknown statement).
-- the request (`router/src/lib.rs` @1b374af6959705ee2912cf839bc83cd159c0860c, a v3.x commit): read by serde
-  into `ChatRequest`, so a body its structs cannot hold is answered 422 before any template runs, with axum's
-  "Failed to deserialize the JSON body into the target type: <path>: <serde's message> at line 1 column C".
-  The runner checks the same shapes (runners/serde_shapes.py): `Message {role: String, #[serde(flatten)] body:
-  MessageBody, name: Option<String>}`, the untagged `MessageBody {Content {content}, Tool {tool_calls}}`
-  (content a string or a list of `text` / `image_url` parts; a present, valid content wins over tool calls),
-  `ToolCall {id, type, function}` and `Tool {type, function}`, all required, and `FunctionDefinition
-  {description: Option, name, arguments (alias parameters): serde_json::Value, required}`. C counts bytes of
-  the body as this runner fixes it, `{"model":"tgi","messages":...,"tools":...}` serialised compactly with
+the OpenAI-style request and the rendered prompt is reproduced here from TGI's source at its release tag v3.3.7
+(github.com/huggingface/text-generation-inference, tag v3.3.7 = dfb3fbe7, 2025-12-18; main matches it for
+this route). File:line below are at that tag.
+- engine: `Cargo.lock:2542-2559` pins minijinja and minijinja-contrib 2.8.0; `Cargo.toml:35-36` asks for
+  minijinja's `json` and contrib's `pycompat`, `router/Cargo.toml:51` adds `loop_controls`. minijinja's lock
+  entry depends on serde and serde_json only: no `indexmap`, so no `preserve_order` (its maps are BTreeMaps)
+  and no `percent-encoding` (no `urlencode`). The PyPI binding 2.8.0 cannot stand in: it has no pycompat
+  callback at all (added in binding 2.9.0), which every `.items()`/`.strip()` template needs. So the runner
+  renders with binding **2.9.0** and closes the 2.8 -> 2.9 gap that shows in chat templates: the binding's
+  contrib filters and functions (`pluralize`, `filesizeformat`, `truncate`, `striptags`, `cycler`, `joiner`),
+  `urlencode` and 2.9's `d` alias are removed from its environment (TGI's `Environment::new()` never registers
+  them); `default` with a second argument (2.9's `lax`, #764) is refused with the engine's own "too many
+  arguments" (engine_source); pycompat's unknown-method error loses the detail 2.9 added (#743). Maps follow
+  BTreeMap order: the values bound are sorted by key (sorted_maps) and map literals with string keys are
+  reordered (engine_source), so `tool|tojson`, `.items()` and `{...}|tojson` print sorted keys. Not closed:
+  maps built by `dict(...)` keep keyword order; a pycompat method failing with an error other than "unknown
+  method" reads "unknown method" (2.9) where 2.8 gives that error; `with context` on imports (2.9 #759).
+- environment (`router/src/infer/chat_template.rs:33-57`): `Environment::new()`, i.e. no trim_blocks, no
+  lstrip_blocks, lenient undefined; `set_unknown_method_callback(pycompat::unknown_method_callback)`;
+  `raise_exception(text)` failing as a syntax error ("syntax error: text", :10-12); `strftime_now(fmt)`
+  (chrono local time, :15-17; here the case's frozen clock in UTC); literal source rewrites before compiling
+  (:40-53): `messages[0]['content'][0]['text']` -> `messages[0]['content']`, `[::-1]` -> `|reverse`, and
+  exactly `{% generation %}` / `{% endgeneration %}` removed (a whitespace-controlled `{%- generation -%}`
+  stays, an unknown statement). The template is compiled once at start-up (:61-63, `unwrap`: a template that
+  does not compile stops the server, so every cell is that compile refusal).
+- the request (`router/src/lib.rs`): read by serde into `ChatRequest` (:908-925), so a body its structs cannot
+  hold is answered 422 before any template runs, with axum's "Failed to deserialize the JSON body into the
+  target type: <path>: <serde's message> at line 1 column C". The runner checks the same shapes
+  (runners/serde_shapes.py): `Message {role, #[serde(flatten)] body: MessageBody, name: Option}` (:1233-1243),
+  the untagged `MessageBody {Content {content}, Tool {tool_calls}}` (:1245-1265; content a string or a list of
+  `text` / `image_url` parts, :1225-1231; a present, valid content wins over tool calls), `ToolCall {id, type,
+  function}` (:1213-1218) and `Tool {type, function}` (:1194-1202), all required, and `FunctionDefinition
+  {description: Option, name, arguments (alias parameters): serde_json::Value}` (:1178-1185). C counts bytes
+  of the body as this runner fixes it, `{"model":"tgi","messages":...,"tools":...}` serialised compactly with
   non-ASCII kept (a client's own serialisation moves C, never the message).
-- variables (`ChatTemplateInputs`): messages, bos_token, eos_token (`none` when the model has none),
-  add_generation_prompt always true, tools (`none` without tools).
-- messages (`impl From<Message> for TextMessage`): content parts joined with "" (text verbatim, image_url as
-  `![](url)`); `name` dropped; `tool_call_id` never reaches the template (`..Default::default()`, skipped
-  when none); a message whose body is tool calls gets `content` = the calls serialised compactly as {id, type,
-  function: {description, name, arguments}}.
-- `arguments` is serialised as a string (`serialize_as_string`: the value's compact JSON), in tool calls and
-  in tools alike: a tool reaches the template as {type, function: {description, name, arguments: "<the schema
-  as JSON text>"}}, and string arguments are encoded twice. Checked against serde itself: TGI's structs,
-  compiled with serde 1.0.152 / serde_json 1.0.87 / serde_path_to_error 0.1.9, gave the texts
-  tests/data/tgi_request_shapes.json records.
-- tools (`chat_template.rs` `apply` and `router/src/infer/tool_grammar.rs` @f213012b08346a3bfc56d96cc2b53bd67ba340d8):
-  a `no_tool` function is appended; the tool prompt (TGI's default) is appended to the last message,
-  after "\n---\n" and, when the template does not use `tools`, after the tools' JSON as well.
-- v3.x "continue final message": when the last message is the assistant's, the rendered prompt is cut right
-  after the last occurrence of its content and trailing whitespace removed.
+- variables (`ChatTemplateInputs`, lib.rs:1204-1211; bound at chat_template.rs:109-117): messages, bos_token,
+  eos_token (`none` when the model has none), add_generation_prompt always true, tools (`none` without tools).
+- messages (`impl From<Message> for TextMessage`, lib.rs:1294-1319): content parts joined with "" (text
+  verbatim, image_url as `![](url)`); `name` dropped; `tool_call_id` never reaches the template
+  (`..Default::default()`, skipped when none, :1290-1291); a message whose body is tool calls gets `content` =
+  the calls serialised compactly as {id, type, function: {description, name, arguments}}.
+- `arguments` is serialised as a string (`serialize_as_string`, lib.rs:1187-1192: the value's compact JSON),
+  in tool calls and in tools alike, and keeps the request's key order (serde_json is built with indexmap,
+  `Cargo.lock:4252-4262`); so a tool reaches the template as {function: {arguments: "<the schema as JSON
+  text>", description, name}, type} (keys sorted by the BTreeMap) and string arguments are encoded twice.
+  Checked against serde itself: TGI's structs, compiled with serde 1.0.152 / serde_json 1.0.87 /
+  serde_path_to_error 0.1.9, gave the texts tests/data/tgi_request_shapes.json records.
+- tools (lib.rs:972-999, `router/src/infer/tool_grammar.rs:20-61`): `tool_choice` defaults to auto
+  (lib.rs:1093-1094, 1129), which chains a `no_tool` function (description "Open ended response with no
+  specific tool selected", arguments `{"type":"object"}`, tool_grammar.rs:34-52) onto any `tools` list, `[]`
+  included; so an empty list binds `tools=[no_tool]` and gets the tool prompt. The tool prompt (TGI's default,
+  lib.rs:962-964, 1071-1073) goes after "\n---\n" and, when the template's undeclared variables (nested=true,
+  chat_template.rs:66-68: `tools.x` alone does not count) lack `tools`, after the tools' JSON in struct order
+  (:88-96); it is appended only to a last message whose body is content, never to one of tool calls (:97-101).
+- "continue final message" (chat_template.rs:120-133): when the last message is the assistant's, the rendered
+  prompt is cut right after the last occurrence of its content (with any tool chunk) and trailing whitespace
+  removed.
 
 What TGI's request cannot carry is Skipped, never faked: `add_generation_prompt: false`, documents, and template
-kwargs (TGI has no chat_template_kwargs). Known uncertainties, not checkable without a TGI binary: whether an
-empty `tools` list injects the tool prompt (treated as no tools), and whether JSON maps keep their order
-(kept; `arguments` texts are written with the request's key order).
+kwargs (TGI has no chat_template_kwargs). `tool_choice` and `tool_prompt` are not varied: every request is
+TGI's default (auto, the default prompt).
 """
 from __future__ import annotations
 
 import json
+import re
 
 from . import serde_shapes as shapes
 from .base import Raised, RefusalKind, RenderRequest, Skipped
 from .minijinja_runner import BindingRunner, MiniJinjaRenderer, serve_renderer
-from .mistralrs_runner import no_urlencode
 
-PRODUCT_VERSION = "3.x"
-BINDING_VERSION = "2.9.0"
+PRODUCT_VERSION = "3.3.7"
+ENGINE_VERSION = "2.8.0"   # minijinja and minijinja-contrib as TGI's Cargo.lock pins them
+BINDING_VERSION = "2.9.0"  # the binding that renders: the first with contrib's pycompat callback
 HOMEPAGE = "https://github.com/huggingface/text-generation-inference"
-SOURCE = ("router/src/infer/chat_template.rs @0275c52cbdfb3ce619d9cf7323e5acc41027bbe7, "
-          "router/src/lib.rs @1b374af6959705ee2912cf839bc83cd159c0860c, "
-          "router/src/infer/tool_grammar.rs @f213012b08346a3bfc56d96cc2b53bd67ba340d8, Cargo.lock @00ee4fb250ad")
+SOURCE = ("text-generation-inference v3.3.7 (dfb3fbe7): router/src/infer/chat_template.rs, router/src/lib.rs, "
+          "router/src/infer/tool_grammar.rs, router/Cargo.toml, Cargo.lock (minijinja 2.8.0)")
+# lib.rs:1071-1073
 DEFAULT_TOOL_PROMPT = ("\nGiven the functions available, please respond with a JSON for a function call with its "
                        "proper arguments that best answers the given prompt. Respond in the format {name: function "
                        "name, parameters: dictionary of argument name and its value}.Do not use variables.\n")
+# tool_grammar.rs:34-52: chained on for tool_choice auto (the default, lib.rs:1093-1094, 1129)
 NO_TOOL = {"type": "function", "function": {
-    "description": "Open ened response with no specific tool selected", "name": "no_tool",
-    "arguments": {"type": "object", "properties": {"content": {"type": "string", "description": "The response content"}},
-                  "required": ["content"]}}}
+    "description": "Open ended response with no specific tool selected", "name": "no_tool",
+    "arguments": {"type": "object"}}}
+# What the binding registers and TGI's `Environment::new()` (minijinja default features + json + loop_controls,
+# no contrib registration) does not have: removed from the binding's environment, so the engine itself answers
+# "unknown filter" / "unknown function". `d` is minijinja 2.9.0's alias of `default`; urlencode is a feature
+# TGI's build does not ask for; the rest are minijinja-contrib's `add_to_environment`.
+ABSENT_FILTERS = ("d", "urlencode", "pluralize", "filesizeformat", "truncate", "striptags")
+ABSENT_FUNCTIONS = ("cycler", "joiner")
 REWRITES = (("messages[0]['content'][0]['text']", "messages[0]['content']"), ("[::-1]", "|reverse"),
             ("{% generation %}", ""), ("{% endgeneration %}", ""))
 REJECTED = "Failed to deserialize the JSON body into the target type: "
@@ -99,6 +115,176 @@ _MESSAGE = shapes.Struct("Message", [shapes.Field("role", shapes.Str()),
 REQUEST = shapes.Struct("ChatRequest", [
     shapes.Field("model", shapes.Str(nullable=True), required=False), shapes.Field("messages", shapes.Seq(_MESSAGE)),
     shapes.Field("tools", shapes.Seq(_TOOL, nullable=True), required=False)])
+
+
+_OPEN = {"(": ")", "[": "]", "{": "}"}
+_TAG = re.compile(r"\{\{|\{%|\{#")
+_RAW_START = re.compile(r"[-+]?\s*raw\s*[-+]?\Z")
+_RAW_END = re.compile(r"\{%[-+]?\s*endraw\s*[-+]?%\}")
+_DEFAULT_CALL = re.compile(r"\|\s*default\s*\Z")
+_PLAIN_KEY = re.compile(r"""\s*(?:'([^'\\]*)'|"([^"\\]*)")\s*\Z""")
+
+
+def _string_end(text: str, at: int) -> int:
+    """The index after the string literal starting at `at` (backslash escapes skipped)."""
+    quote, i = text[at], at + 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == quote:
+            return i + 1
+        i += 1
+    return len(text)
+
+
+def _closing(text: str, at: int) -> int:
+    """The index of the bracket closing the one at `at`, or -1 (strings and nested brackets skipped)."""
+    stack, i = [], at
+    while i < len(text):
+        c = text[i]
+        if c in "'\"":
+            i = _string_end(text, i)
+            continue
+        if c in _OPEN:
+            stack.append(_OPEN[c])
+        elif stack and c == stack[-1]:
+            stack.pop()
+            if not stack:
+                return i
+        i += 1
+    return -1
+
+
+def _split_top(text: str, sep: str) -> list:
+    """`text` split at `sep` outside strings and brackets."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        c = text[i]
+        if c in "'\"":
+            i = _string_end(text, i)
+            continue
+        if c in _OPEN:
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        elif c == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    parts.append(text[start:])
+    return parts
+
+
+def _sorted_map_literal(inner: str) -> str:
+    """A map literal's items in the order TGI's build keeps them: minijinja without `preserve_order` stores maps
+    in a BTreeMap, so `{'name': .., 'arguments': ..}` iterates (and prints with tojson) by key. Reordered only
+    when every key is a plain string literal; each item keeps its own text and the whitespace of its slot."""
+    items = _split_top(inner, ",")
+    trailing = None  # the whitespace after a trailing comma
+    if len(items) > 1 and not items[-1].strip():
+        trailing = items.pop()
+    keys = []
+    for item in items:
+        pair = _split_top(item, ":")
+        found = _PLAIN_KEY.match(pair[0]) if len(pair) >= 2 else None
+        if found is None:
+            return inner
+        keys.append(found.group(1) if found.group(1) is not None else found.group(2))
+    cores = [item.strip() for item in items]
+    order = sorted(range(len(items)), key=lambda n: keys[n])  # stable: a repeated key keeps its last value
+    out = []
+    for slot, n in zip(items, order):
+        lead = slot[:len(slot) - len(slot.lstrip())]
+        tail = slot[len(slot.rstrip()):]
+        out.append(lead + cores[n] + tail)
+    return ",".join(out) + ("" if trailing is None else "," + trailing)
+
+
+def _rewrite_expression(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c in "'\"":
+            end = _string_end(text, i)
+            out.append(text[i:end])
+            i = end
+            continue
+        if c in _OPEN:
+            end = _closing(text, i)
+            if end == -1:
+                out.append(text[i:])
+                break
+            inner = _rewrite_expression(text[i + 1:end])
+            if c == "{":
+                inner = _sorted_map_literal(inner)
+            elif c == "(" and _DEFAULT_CALL.search("".join(out)):
+                args = _split_top(inner, ",")
+                if len(args) >= 2 and args[-1].strip():
+                    # minijinja 2.8.0's `default(value, other)` takes one argument, 2.9.0's a second (`lax`): the
+                    # same arguments behind two `none`s fail in the binding with the engine's own "too many
+                    # arguments", after every argument is evaluated, as in TGI
+                    inner = args[0] + ", none, none," + ",".join(args[1:])
+            out.append(c + inner + text[end])
+            i = end + 1
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def engine_source(source: str) -> str:
+    """The template, rewritten so the binding (minijinja 2.9.0, preserve_order) renders what minijinja 2.8.0 as
+    TGI builds it renders: map literals in key order, `default` with a second argument refused. Only the
+    expressions inside `{{ }}` and `{% %}` tags are touched (comments and raw blocks are left alone)."""
+    out, i = [], 0
+    while True:
+        found = _TAG.search(source, i)
+        if found is None:
+            out.append(source[i:])
+            return "".join(out)
+        start = found.end()
+        out.append(source[i:start])
+        if found.group() == "{#":
+            end = source.find("#}", start)
+            end = len(source) if end == -1 else end
+            out.append(source[start:end])
+            i = end
+            continue
+        closer = "}}" if found.group() == "{{" else "%}"
+        j, depth = start, 0
+        while j < len(source):
+            c = source[j]
+            if c in "'\"":
+                j = _string_end(source, j)
+                continue
+            if c in _OPEN:
+                depth += 1
+            elif c in ")]}" and depth > 0:
+                depth -= 1
+            elif depth == 0 and source.startswith(closer, j):
+                break
+            j += 1
+        body = source[start:j]
+        if closer == "%}" and _RAW_START.match(body.strip()):
+            raw_end = _RAW_END.search(source, j)
+            stop = len(source) if raw_end is None else raw_end.start()
+            out.append(source[start:stop])
+            i = stop
+            continue
+        out.append(_rewrite_expression(body))
+        i = j
+
+
+def sorted_maps(value):
+    """JSON data with every map's keys in BTreeMap order: TGI's minijinja is built without `preserve_order`
+    (Cargo.lock: minijinja 2.8.0 depends on serde and serde_json only, no indexmap), so the maps serde hands it
+    iterate by key, while the binding keeps the order it is given."""
+    if isinstance(value, dict):
+        return {key: sorted_maps(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_maps(item) for item in value]
+    return value
 
 
 def request_body(request: RenderRequest) -> dict:
@@ -146,27 +332,36 @@ def text_message(message: dict) -> dict:
     return {"role": message["role"], "content": content}
 
 
+_UNKNOWN_METHOD = re.compile(r"\Aunknown method: \w+ has no method named \w+")
+
+
 class TGIRenderer(MiniJinjaRenderer):
     name = "tgi"
     homepage = HOMEPAGE
-    raise_format = "syntax error: {message}"
+    raise_format = "syntax error: {message}"  # chat_template.rs:10-12
+
+    def __init__(self):
+        super().__init__()
+        for name in ABSENT_FILTERS:
+            self.env.remove_filter(name)
+        for name in ABSENT_FUNCTIONS:
+            self.env.remove_global(name)
 
     def environment_options(self) -> dict:
         options = super().environment_options()
-        options.update(trim_blocks=False, lstrip_blocks=False, filters={"urlencode": no_urlencode})
+        options.update(trim_blocks=False, lstrip_blocks=False)  # chat_template.rs:33 Environment::new()
         return options
 
     def info(self) -> dict:
-        return dict(super().info(), version=PRODUCT_VERSION, engine=f"minijinja {self.version}", source=SOURCE)
+        return dict(super().info(), version=PRODUCT_VERSION, engine=f"minijinja {ENGINE_VERSION} (binding "
+                    f"{self.version})", source=SOURCE)
 
     def _uses_tools(self, source: str) -> bool:
-        finder = getattr(self.env, "undeclared_variables_in_str", None)
-        if finder is None:
-            return "tools" in source
+        # chat_template.rs:66-68: `undeclared_variables(true)`, so `tools.x` alone is "tools.x", not "tools"
         try:
-            return "tools" in finder(source)
+            return "tools" in self.env.undeclared_variables_in_str(source, nested=True)
         except Exception:  # the compile refusal is reported by render
-            return "tools" in source
+            return False
 
     def prepare(self, request: RenderRequest):
         if not request.add_generation_prompt:
@@ -176,27 +371,41 @@ class TGIRenderer(MiniJinjaRenderer):
         if request.kwargs:
             return Skipped(f"TGI's chat route cannot pass template variables {', '.join(sorted(request.kwargs))}")
         source = request.template
-        for old, new in REWRITES:
+        for old, new in REWRITES:  # chat_template.rs:40-53
             source = source.replace(old, new)
         refused = rejection(request_body(request))
         if refused is not None:
             return Raised(refused, RefusalKind.RENDER)
         messages = [text_message(m) for m in request.messages]
         tools = None
-        if request.tools:
+        if request.tools is not None:
+            # lib.rs:984-991 and tool_grammar.rs:29-61: with tool_choice auto any list, `[]` included, gets
+            # no_tool chained on, so it is never empty and the tool prompt is always appended
             tools = [tgi_tool(t) for t in request.tools] + [tgi_tool(NO_TOOL)]
+            # chat_template.rs:88-96: the template's undeclared variables decide whether the tools' JSON goes too
             chunk = ("\n---\n" + DEFAULT_TOOL_PROMPT if self._uses_tools(source)
                      else "\n---\n" + compact(tools) + "\n" + DEFAULT_TOOL_PROMPT)
-            if messages:
+            # chat_template.rs:97-101: only onto a last message whose body is content, never tool calls
+            if messages and shapes.holds(_CONTENT_BODY, request.messages[-1]):
                 messages[-1]["content"] += chunk
-        context = {"messages": messages, "bos_token": request.bos_token, "eos_token": request.eos_token,
-                   "add_generation_prompt": True, "tools": tools}
-        return source, context
+        self._final = dict(messages[-1]) if messages else None  # after the tool chunk, as chat_template.rs:108
+        context = {"messages": sorted_maps(messages), "bos_token": request.bos_token,
+                   "eos_token": request.eos_token, "add_generation_prompt": True, "tools": sorted_maps(tools)}
+        return engine_source(source), context
+
+    def render(self, request: RenderRequest):
+        outcome = super().render(request)
+        if isinstance(outcome, Raised) and _UNKNOWN_METHOD.match(outcome.message):
+            # minijinja 2.8.0 returns pycompat's own UnknownMethod error, which has no detail; 2.9.0 (#743) adds
+            # "<kind> has no method named <name>"
+            return Raised(_UNKNOWN_METHOD.sub("unknown method", outcome.message, count=1), outcome.refusal)
+        return outcome
 
     def finish(self, text: str, request: RenderRequest) -> str:
-        last = request.messages[-1] if request.messages else None
-        if last and last.get("role") == "assistant":
-            content = text_message(last)["content"]
+        # chat_template.rs:120-133: after a final assistant message, cut after its last occurrence
+        last = self._final
+        if last and last["role"] == "assistant":
+            content = last["content"]
             at = text.rfind(content)
             if at != -1:
                 return text[:at + len(content)].rstrip()
@@ -204,12 +413,12 @@ class TGIRenderer(MiniJinjaRenderer):
 
 
 class TGIRunner(BindingRunner):
-    """TGI v3.x's chat-template stage, reproduced on the minijinja 2.9.0 binding in a harness process."""
+    """TGI v3.3.7's chat-template stage, reproduced on the minijinja 2.9.0 binding in a harness process."""
 
     homepage = HOMEPAGE
     module = "runners.tgi_runner"
     runner_name = "tgi"
-    imports = ("mistralrs_runner.py", "serde_shapes.py")
+    imports = ("serde_shapes.py",)
     binding_version = BINDING_VERSION
     product_version = PRODUCT_VERSION
 

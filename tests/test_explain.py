@@ -307,7 +307,7 @@ def test_a_change_to_a_runners_code_retires_its_cached_reductions():
     runner = get_runner("tgi")
     try:
         code = code_identity(runner)
-        # tgi renders with serde_shapes.py and mistralrs_runner.py too: they are part of what it is
+        # tgi renders with serde_shapes.py too: it is part of what it is
         assert code and code["code"]
         info = {"name": "tgi", "version": "3.x"}
         edited = dict(code, code="0" * 64)
@@ -319,7 +319,7 @@ def test_a_change_to_a_runners_code_retires_its_cached_reductions():
 
     # ...so their bytes are in its digest: without them the digest is another
     own = ("tgi_runner.py", "minijinja_runner.py", "hf.py")
-    assert code["code"] == source_digest(*PROTOCOL_FILES, *sorted({*own, "serde_shapes.py", "mistralrs_runner.py"}))
+    assert code["code"] == source_digest(*PROTOCOL_FILES, *sorted({*own, "serde_shapes.py"}))
     assert code["code"] != source_digest(*PROTOCOL_FILES, *sorted(own))
 
 

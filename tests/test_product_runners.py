@@ -48,12 +48,65 @@ def test_tgi_environment_and_request_shape(tgi):
 def test_tgi_tools_get_no_tool_and_the_tool_prompt(tgi):
     out = _render(tgi, "{% for t in tools %}{{ t.function.name }}:{{ t.function.arguments }};{% endfor %}"
                        "{{ messages[-1].content }}", tools=TOOLS)
-    # `arguments` (the schema, under its alias `parameters` in the request) reaches the template as JSON text
-    assert out.text.startswith('f:{"type":"object","properties":{"x":{"type":"number"}}};no_tool:{"type":"object",')
+    # `arguments` (the schema, under its alias `parameters` in the request) reaches the template as JSON text;
+    # no_tool as tool_grammar.rs has it at v3.3.7 (since v3.2.0 its arguments are `{"type":"object"}` only)
+    assert out.text.startswith('f:{"type":"object","properties":{"x":{"type":"number"}}};no_tool:{"type":"object"};')
     assert "};hi\n---\n\nGiven the functions available" in out.text
-    # a template that never reads `tools` gets them as JSON in the last message instead
+    # a template that never reads `tools` gets them as JSON in the last message instead (struct order)
     out = _render(tgi, "{{ messages[-1].content }}", tools=TOOLS)
     assert out.text.startswith('hi\n---\n[{"type":"function","function":{"description":"d","name":"f","arguments"')
+    assert '{"description":"Open ended response with no specific tool selected","name":"no_tool",' \
+           '"arguments":"{\\"type\\":\\"object\\"}"}}]\n' in out.text
+
+
+def test_tgi_empty_tools_list_binds_no_tool(tgi):
+    # tool_choice auto chains no_tool onto any list, `[]` included: tools=[no_tool] and the tool prompt
+    out = _render(tgi, "{{ tools|length }}:{{ tools[0].function.name }}|{{ messages[-1].content }}", tools=[])
+    assert out.text.startswith("1:no_tool|hi\n---\n\nGiven the functions available")
+    assert _render(tgi, "{{ tools is none }}|{{ messages[-1].content }}") == Rendered("true|hi")
+
+
+def test_tgi_maps_print_in_key_order(tgi):
+    # minijinja 2.8.0 without preserve_order: BTreeMap maps, so tojson and .items() go by key; `arguments` text
+    # is serde_json's (indexmap) and keeps the request's order
+    out = _render(tgi, "{% for t in tools %}{{ t|tojson }}{% endfor %}", tools=TOOLS)
+    assert out.text.startswith('{"function":{"arguments":"{\\"type\\":\\"object\\",\\"properties\\"')
+    assert '"description":"d","name":"f"},"type":"function"}' in out.text
+    assert _render(tgi, "{% for k, v in tools[0].function.items() %}{{ k }},{% endfor %}", tools=TOOLS) == \
+        Rendered("arguments,description,name,")
+    assert _render(tgi, "{{ messages[0]|tojson }}") == Rendered('{"content":"hi","role":"user"}')
+    # a map literal of the template is a BTreeMap too; comments and raw blocks are not rewritten
+    assert _render(tgi, "{{ {'name': 'n', 'arguments': {'z': 1, 'a': 2}}|tojson }}{# {'b': 1, 'a': 2} #}"
+                        "{% raw %}{'b': 1, 'a': 2}{% endraw %}") == \
+        Rendered('{"arguments":{"a":2,"z":1},"name":"n"}{\'b\': 1, \'a\': 2}')
+
+
+def test_tgi_engine_is_minijinja_2_8(tgi):
+    # `default(value, other)` has no `lax` argument before minijinja 2.9.0: a second argument is too many
+    refused = _render(tgi, "{{ 'a' }}{{ messages[0].content|default('', true) }}")
+    assert isinstance(refused, Raised) and refused.message.startswith("too many arguments")
+    assert _render(tgi, "{% if false %}{{ x|default('', true) }}{% endif %}{{ y|default('z') }}") == Rendered("z")
+    # TGI registers no minijinja-contrib filters or functions, and has no `d` alias
+    for use in ("'abc'|truncate(2)", "'<b>x</b>'|striptags", "2|pluralize", "1000|filesizeformat", "x|d('y')"):
+        refused = _render(tgi, "{{ " + use + " }}")
+        assert isinstance(refused, Raised) and refused.message.startswith("unknown filter: filter "), use
+    for use in ("cycler(1, 2)", "joiner()"):
+        refused = _render(tgi, "{{ " + use + " }}")
+        assert isinstance(refused, Raised) and refused.message.startswith("unknown function: "), use
+    # pycompat's unknown method carries no detail in 2.8.0
+    assert _render(tgi, "{{ messages[0].foo() }}").message.startswith("unknown method (in ")
+
+
+def test_tgi_tool_prompt_only_onto_content_and_nested_variables(tgi):
+    calls = USER + [{"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"z": 1, "a": 2}}}]}]
+    # (no tool chunk after the calls; the rendered text is then cut after the final assistant content)
+    out = _render(tgi, "{% for m in messages %}[{{ m.content }}]{% endfor %}{{ tools|length }}", calls, tools=TOOLS)
+    assert out == Rendered('[hi][[{"id":"c1","type":"function","function":{"description":null,"name":"f",'
+                           '"arguments":"{\\"z\\":1,\\"a\\":2}"}}]')
+    # undeclared_variables(true): `tools.x` alone is not `tools`, so the tools' JSON is appended too
+    out = _render(tgi, "{{ tools.x }}{{ messages[-1].content }}", tools=TOOLS)
+    assert out.text.startswith('hi\n---\n[{"type":"function"')
 
 
 def test_tgi_reads_requests_as_its_serde_structs_do():
@@ -102,11 +155,11 @@ def test_tgi_rewrites_and_missing_features(tgi):
     # only the exact spelling is rewritten
     spaced = _render(tgi, "{%- generation -%}g{%- endgeneration -%}")
     assert isinstance(spaced, Raised) and spaced.refusal == RefusalKind.COMPILE
-    # loop controls are on since TGI PR #2998; urlencode was never asked for
+    # loop controls are on (router/Cargo.toml:51); urlencode was never asked for
     assert _render(tgi, "{% for x in [1, 2, 3] %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}") == \
         Rendered("1")
-    assert _render(tgi, "{{ 'a b' | urlencode }}") == Raised("unknown filter: filter urlencode is unknown",
-                                                             RefusalKind.RENDER)
+    assert _render(tgi, "{{ 'a b' | urlencode }}") == Raised(
+        "unknown filter: filter urlencode is unknown (in chat_template:1)", RefusalKind.RENDER)
     # the continue-final-message cut after the last assistant content
     chat = USER + [{"role": "assistant", "content": "sure"}]
     assert _render(tgi, "{% for m in messages %}{{ m.content }}<end>\n{% endfor %}", chat) == Rendered("hi<end>\nsure")
