@@ -109,6 +109,19 @@ def test_tgi_tool_prompt_only_onto_content_and_nested_variables(tgi):
     assert out.text.startswith('hi\n---\n[{"type":"function"')
 
 
+def test_tgi_engine_source_rewrites_only_expressions():
+    from runners.tgi_runner import engine_source
+
+    # map literals with string keys are reordered in place: every line keeps its place count, a trailing comma
+    # and the whitespace around items stay
+    source = "{%- set c = {\n  'S2': 'b',\n  'S10': 'a',\n} -%}{{ c.items()|list }}"
+    assert engine_source(source) == "{%- set c = {\n  'S10': 'a',\n  'S2': 'b',\n} -%}{{ c.items()|list }}"
+    # a key that is not a plain string literal leaves the map as it is; text outside tags and strings untouched
+    for kept in ("{{ {'b': 1, k: 2} }}", "x|default(1, 2) {{ '|default(1, 2)' }}", "{{ '}}' }}"):
+        assert engine_source(kept) == kept
+    assert engine_source("{{ f(x | default(a, true)) }}") == "{{ f(x | default(a, none, none, true)) }}"
+
+
 def test_tgi_reads_requests_as_its_serde_structs_do():
     """tests/data/tgi_request_shapes.json: TGI's own request structs, compiled with serde, run on 43 bodies."""
     import json
