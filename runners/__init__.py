@@ -33,6 +33,7 @@ BUILTIN_RUNNERS = {
     "sglang": "runners.sglang_runner:SGLangRunner",
     "llama-cpp-python": "runners.llama_cpp_python:LlamaCppPythonRunner",
     "ollama": "runners.ollama:OllamaRunner",
+    "vllm": "runners.vllm_runner:VLLMRunner",
 }
 
 # Runners that take `NAME@VERSION`: the engine at that registry version, installed into the cache on first use.
