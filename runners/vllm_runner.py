@@ -1,16 +1,16 @@
-"""vLLM's OpenAI chat route (`/v1/chat/completions`, vLLM 0.33.0), its chat layer reproduced around transformers.
+"""vLLM's OpenAI chat route (`/v1/chat/completions`, vLLM 0.33.0): the wheel's own chat layer around transformers.
 
-Which code: the vllm 0.33.0 release (tag v0.33.0, the PyPI wheel vllm-0.33.0-cp38-abi3; every file:line below
-is that release's). The route is the HTTP server (`vllm serve`) with a text-only model whose own chat template
-is the cell's template, started with `--enable-auto-tool-choice --tool-call-parser ...` (without them a request
-with tools and the default tool_choice is refused before any template runs) and no default
+Which code: the vllm 0.33.0 release (tag v0.33.0; every file:line below is that release's, read from its PyPI
+wheel vllm-0.33.0-cp38-abi3). The route is the HTTP server (`vllm serve`) with a text-only model whose own chat
+template is the cell's template, started with `--enable-auto-tool-choice --tool-call-parser ...` (without them a
+request with tools and the default tool_choice is refused before any template runs) and no default
 `--chat-template-kwargs`. The case's `kwargs` are the request's `chat_template_kwargs`.
 
-Why a reproduction: every module of the `vllm` package imports torch (`vllm/__init__.py` -> env_override.py:150);
-the wheel pins torch 2.14.0 (a 555 MB wheel, 1.1 GB installed, plus the CUDA wheels it requires), which a
-text-only chat layer does not need. So the steps are reproduced here, each with its source, and
-runners/vllm_oracle.py runs the wheel's own functions (loaded from the wheel's files, torch left out) to check
-them (docs/engines.md, "vllm").
+How: the runner renders with the wheel's own functions (runners/vllm_wheel.py loads them from the wheel's files,
+torch left out) in a harness process of a cached environment with transformers 5.20.2. This module also holds a
+reproduction of the same steps, written from the source with citations (`ReproducedRenderer`): it documents
+what vLLM does, and `python -m runners.vllm_runner --compare` measures how often it agrees with the wheel
+(docs/engines.md, "vllm").
 
 The steps, in the order vLLM takes them:
 1. request validation (entrypoints/openai/chat_completion/protocol.py): `reasoning_content` is renamed to
@@ -53,8 +53,9 @@ The steps, in the order vLLM takes them:
    (hf.py:908-914) with the transformers release vLLM 0.33.0 requires (<5.21.0: 5.20.2), in its cached
    environment; a failure is a 400 carrying the innermost jinja2 error's message (hf.py:834-844, :915-924).
 
-What is not reproduced: the pydantic validation of `messages` against vLLM's union of OpenAI message types
-(a message shape that union refuses is rendered here); media parts (an image or audio part needs a multimodal
+What the reproduction leaves out (the runner, which runs the wheel's code, does not): the pydantic validation
+of `messages` against vLLM's union of OpenAI message types, which refuses some shapes and rewrites others (a
+tool call's keys come out in the TypedDict's order: id, function {arguments, name}, type). Both skip media parts (an image or audio part needs a multimodal
 model, which fetches the media and inserts its own placeholder: such a cell is Skipped); the Harmony route
 (gpt-oss models) and the Mistral tokenizer route, which do not use the model's Jinja template this way.
 """
@@ -573,8 +574,8 @@ def _template_error(exc: BaseException) -> BaseException:
     return exc
 
 
-class VLLMRenderer:
-    """Renders one cell as vLLM 0.33.0's chat route does, in this process (use VLLMRunner for the bounded form)."""
+class ReproducedRenderer:
+    """The reproduction of vLLM 0.33.0's chat route (this module's steps), in this process."""
 
     def __init__(self):
         from .hf import HFRenderer
@@ -626,18 +627,18 @@ class VLLMRenderer:
 
 
 # The files this runner renders with besides its own (runners.hf builds the tokenizer and the clock).
-IMPORTS = ("hf.py", "vocab.py")
+IMPORTS = ("vllm_wheel.py", "hf.py", "vocab.py")
 
 
 def vllm_python():
-    """The interpreter of the cached environment holding the transformers vLLM 0.33.0 renders with."""
-    from .hf import transformers_python
+    """The interpreter of the cached environment holding vLLM 0.33.0's chat layer (and its sources)."""
+    from .vllm_wheel import ensure_environment
 
-    return transformers_python(TRANSFORMERS_VERSION)
+    return ensure_environment()
 
 
 class VLLMRunner(CommandRunner):
-    """vLLM 0.33.0's chat route, reproduced around transformers 5.20.2 in a harness process."""
+    """vLLM 0.33.0's chat route: the wheel's chat layer around transformers 5.20.2, in a harness process."""
 
     language = "python"
     homepage = HOMEPAGE
@@ -650,21 +651,54 @@ class VLLMRunner(CommandRunner):
         self.version = PRODUCT_VERSION
 
     def identity(self) -> dict:
-        from .hf import JINJA2_REQUIREMENT
         from .identity import python_runner_identity
+        from .vllm_wheel import FILES, REQUIREMENTS
 
         return python_runner_identity("vllm", ["vllm_runner.py", *IMPORTS], vllm=PRODUCT_VERSION,
-                                      transformers=TRANSFORMERS_VERSION, jinja2=JINJA2_REQUIREMENT)
+                                      requirements=list(REQUIREMENTS), wheel_files=list(FILES))
+
+
+def wheel_renderer():
+    """The wheel's chat layer, in this process (the interpreter of `vllm_python()`)."""
+    from .hf import HFRenderer
+    from .vllm_wheel import WheelRenderer, sources_dir
+
+    HFRenderer()  # installs the frozen clock in transformers' strftime_now
+    return WheelRenderer(sources_dir())
+
+
+def compare(lines, out) -> None:
+    """For each wire request (one JSON line), whether the reproduction gives the wheel's outcome: one JSON line
+    {"agree": bool, "wheel": kind, "reproduction": kind}. Refusals agree when both refuse (their messages differ:
+    pydantic's and vLLM's own texts are not reproduced)."""
+    from .base import Conversation
+
+    wheel, reproduced = wheel_renderer(), ReproducedRenderer()
+    for line in lines:
+        data = json.loads(line)
+        request = RenderRequest(data["template"], Conversation.from_dict(data), data.get("bos_token"),
+                                data.get("eos_token"))
+        a, b = wheel.render(request), reproduced.render(request)
+        agree = a.kind == b.kind and (not isinstance(a, Rendered) or a.text == b.text)
+        out.write(json.dumps({"agree": agree, "wheel": a.kind, "reproduction": b.kind}) + "\n")
+        out.flush()
 
 
 def main() -> None:
+    import sys
+
     from .harness import serve
     from .hf import HF_MEMORY_LIMIT
 
-    renderer = VLLMRenderer()
+    if sys.argv[1:] == ["--compare"]:
+        out = sys.stdout
+        sys.stdout = sys.stderr
+        compare(sys.stdin, out)
+        return
+    renderer = wheel_renderer()
     serve({"name": "vllm", "version": PRODUCT_VERSION, "language": "python", "homepage": HOMEPAGE,
-           "engine": f"transformers {renderer.hf.version}", "source": SOURCE}, renderer.render,
-          memory_limit=HF_MEMORY_LIMIT)
+           "engine": f"vllm {PRODUCT_VERSION} chat layer (wheel), transformers {TRANSFORMERS_VERSION}",
+           "source": SOURCE}, renderer.render, memory_limit=HF_MEMORY_LIMIT)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ python -m runners.mistralrs_oracle --install > /dev/null
 # The sglang runner's harness environment: the minijinja 2.14.0 binding and Jinja2 (its content-format detector).
 python -m runners.sglang_runner --install > /dev/null
 
+# The vllm runner: vLLM 0.33.0's chat-layer files from its PyPI wheel and a cached environment (transformers 5.20.2).
+python -m runners.vllm_wheel --install > /dev/null
+
 # llama-cpp-python built from its PyPI sdist, CPU-only, once per version into the cache (minutes on 2 cores).
 python -m conformance.cli engines build llama-cpp-python
 
