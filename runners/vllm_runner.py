@@ -14,7 +14,7 @@ what vLLM does, and `python -m runners.vllm_runner --compare` measures how often
 
 The steps, in the order vLLM takes them:
 1. request validation (entrypoints/openai/chat_completion/protocol.py): `reasoning_content` is renamed to
-   `reasoning` (:580-601, `_normalize_messages_before`); `continue_final_message` with `add_generation_prompt`
+   `reasoning` (:576-601, `_normalize_messages_before`); `continue_final_message` with `add_generation_prompt`
    is a 400 (:1058-1068); tools are `ChatCompletionToolsParam` (:206-223) whose `function` is
    `FunctionDefinition` (entrypoints/generate/base/protocol.py:298-316): dumped (`tool.model_dump()`,
    renderers/online_renderer.py:297) as {"type", "function": {"name", "description", "parameters"}} with
@@ -31,7 +31,7 @@ The steps, in the order vLLM takes them:
    template that does not parse is "string" (:712-716).
 4. message parsing (renderers/chat_utils/chat_message.py:610-696, :381-500): content None -> []; a string ->
    one text part; parts of type text/input_text/output_text/refusal/thinking are text (:342-345), a text part
-   with no text is skipped (:467); "string" format joins the texts with "\\n" (:419-430, an empty text dropped by
+   with no text is skipped (:467); "string" format joins the texts with "\\n" (:417-419, an empty text dropped by
    `if parse_res`, :403), "openai" format keeps {"type": "text", "text"} dicts plus the part's unknown keys; an
    unknown part type is a 400 (:549-555). A system message loses a leading Claude Code billing-header line
    (:578-607). The message becomes {role, content} plus: an assistant's `tool_calls` (when not None) and
@@ -41,7 +41,7 @@ The steps, in the order vLLM takes them:
 5. tool calls (`_postprocess_messages`, chat_message.py:699-771): an empty `tool_calls` list is dropped; a call
    whose type is not "function" or has no function object is a 400; `arguments` that is a string is
    `json.loads`-ed, and invalid JSON, a non-object, None or "" all become {}.
-6. developer role (hf.py:600-656, applied at :889-899): when a developer message is present and the template
+6. developer role (hf.py:600-656, applied at :890-900): when a developer message is present and the template
    never mentions "developer" in quotes, developer messages become system messages (their `tools` dropped) and
    all system messages are merged, joined with "\\n\\n", into one at the front (only when one is not already
    alone there).
@@ -50,8 +50,8 @@ The steps, in the order vLLM takes them:
    on vLLM's own sandboxed environment with trim/lstrip blocks, a `generation` tag and loop controls) or
    `PythonBackend.apply_chat_template`'s parameters are passed.
 8. transformers' `apply_chat_template(conversation, tools=..., chat_template=..., tokenize=False, **kwargs)`
-   (hf.py:908-914) with the transformers release vLLM 0.33.0 requires (<5.21.0: 5.20.2), in its cached
-   environment; a failure is a 400 carrying the innermost jinja2 error's message (hf.py:834-844, :915-924).
+   (hf.py:914-920) with the transformers release vLLM 0.33.0 requires (<5.21.0: 5.20.2), in its cached
+   environment; a failure is a 400 carrying the innermost jinja2 error's message (hf.py:834-844, :921-928).
 
 What the reproduction leaves out (the runner, which runs the wheel's code, does not): the pydantic validation
 of `messages` against vLLM's union of OpenAI message types, which refuses some shapes and rewrites others (a
@@ -103,7 +103,7 @@ class BadRequest(Exception):
 
 # -- 1. the request ---------------------------------------------------------------------------------------------
 def normalize_messages(messages: list) -> list:
-    """protocol.py:580-601: a copy of the messages with `reasoning_content` renamed to `reasoning`."""
+    """protocol.py:576-601: a copy of the messages with `reasoning_content` renamed to `reasoning`."""
     out = copy.deepcopy(messages)
     for message in out:
         if not isinstance(message, dict):

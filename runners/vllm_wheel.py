@@ -18,7 +18,7 @@ chat_completion/protocol.py:238), tools validation and `model_dump` (:206-223), 
 `ChatParams.with_defaults` and `merge_kwargs` (renderers/params.py), content-format detection and
 `safe_apply_chat_template` (renderers/hf.py), `parse_chat_messages` with `_postprocess_messages`
 (chat_utils/chat_message.py), over transformers' apply_chat_template. Written here, each at its line: the
-`reasoning_content` rename (protocol.py:580-601, a pydantic `before` validator of the request model), the
+`reasoning_content` rename (protocol.py:576-601, a pydantic `before` validator of the request model), the
 both-flags check (:1058-1068) and the `preprocess_chat` defaults {tools, tokenize} (online_renderer.py:787-796).
 """
 from __future__ import annotations
@@ -328,7 +328,7 @@ class WheelRenderer:
             return Raised(BAD_REQUEST + "Cannot set both `continue_final_message` and `add_generation_prompt` to "
                           "True.", RefusalKind.RENDER)
         messages = json.loads(json.dumps(request.messages))
-        for message in messages:  # protocol.py:580-601 (`_normalize_messages_before`)
+        for message in messages:  # protocol.py:576-601 (`_normalize_messages_before`)
             if isinstance(message, dict):
                 reasoning_content = message.pop("reasoning_content", None)
                 if reasoning_content is not None and message.get("reasoning") is None:
