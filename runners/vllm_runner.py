@@ -53,9 +53,9 @@ The steps, in the order vLLM takes them:
    (hf.py:914-920) with the transformers release vLLM 0.33.0 requires (<5.21.0: 5.20.2), in its cached
    environment; a failure is a 400 carrying the innermost jinja2 error's message (hf.py:834-844, :921-928).
 
-What the reproduction leaves out (the runner, which runs the wheel's code, does not): the pydantic validation
-of `messages` against vLLM's union of OpenAI message types, which refuses some shapes and rewrites others (a
-tool call's keys come out in the TypedDict's order: id, function {arguments, name}, type). Both skip media parts (an image or audio part needs a multimodal
+What the reproduction leaves out (the runner, which runs the wheel's code, does not): of the pydantic validation
+of `messages` against vLLM's union of OpenAI message types, only the rules the corpus meets are written
+(`validate_messages`). Both skip media parts (an image or audio part needs a multimodal
 model, which fetches the media and inserts its own placeholder: such a cell is Skipped); the Harmony route
 (gpt-oss models) and the Mistral tokenizer route, which do not use the model's Jinja template this way.
 """
@@ -112,6 +112,39 @@ def normalize_messages(messages: list) -> list:
         if reasoning_content is not None and message.get("reasoning") is None:
             message["reasoning"] = reasoning_content
     return out
+
+
+def validate_messages(messages: list) -> list:
+    """protocol.py:238 (`messages: list[ChatCompletionMessageParam]`), what pydantic's validation against vLLM's
+    union (chat_utils/types.py:284-320 and openai's message TypedDicts) does to the shapes the corpus sends:
+    content null is valid only for an assistant, as openai's assistant message, which has no `reasoning`
+    (dropped); a tool call needs a string `id`, type "function" and a function with string `name` and
+    `arguments` (an object is a 400), and comes out as {id, function: {arguments, name}, type}."""
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequest(f"messages.{i}: Input should be a valid dictionary with a string role")
+        if "content" in message and message["content"] is None:
+            if message["role"] != "assistant":
+                raise BadRequest(f"messages.{i}.content: Input should be a valid string or list")
+            message.pop("reasoning", None)
+        calls = message.get("tool_calls")
+        if calls is None:
+            continue
+        if not isinstance(calls, list):
+            raise BadRequest(f"messages.{i}.tool_calls: Input should be a valid list")
+        checked = []
+        for j, call in enumerate(calls):
+            path = f"messages.{i}.tool_calls.{j}"
+            function = call.get("function") if isinstance(call, dict) else None
+            if not (isinstance(call, dict) and isinstance(call.get("id"), str) and call.get("type") == "function"
+                    and isinstance(function, dict) and isinstance(function.get("arguments"), str)
+                    and isinstance(function.get("name"), str)):
+                raise BadRequest(f"{path}: a function tool call needs a string id, type 'function' and a function "
+                                 "with string arguments and name")
+            checked.append({"id": call["id"], "function": {"arguments": function["arguments"],
+                                                           "name": function["name"]}, "type": "function"})
+        message["tool_calls"] = checked
+    return messages
 
 
 def _check_type(value, types, path: str, what: str) -> None:
@@ -594,7 +627,8 @@ class ReproducedRenderer:
             tools = tool_dicts(request.tools)
             kwargs = apply_kwargs(request, tools)
             content_format = detect_content_format(template)
-            conversation = parse_messages(normalize_messages(request.messages), content_format)
+            conversation = parse_messages(validate_messages(normalize_messages(request.messages)),
+                                          content_format)
             if any(m["role"] == "developer" for m in conversation) and not supports_developer_role(template):
                 conversation = developer_to_system(conversation)
             tools = kwargs.pop("tools", None)

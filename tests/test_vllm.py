@@ -57,6 +57,11 @@ STEPS = [
      [{"role": "user", "content": "q", "reasoning_content": "u"},
       {"role": "assistant", "content": "a", "reasoning_content": "r"}], {},
      "r|r|", "|r|u"),
+    ("null-content-assistant-loses-reasoning",  # protocol.py:238: content null validates as openai's assistant
+     "{{ messages[1].reasoning_content }}|{{ messages[2].reasoning_content }}",
+     [{"role": "user", "content": "q"}, {"role": "assistant", "content": None, "reasoning_content": "r"},
+      {"role": "assistant", "content": "a", "reasoning_content": "s"}], {},
+     "|s", "r|s"),
     ("developer-becomes-system",  # hf.py:600-656 at :889-899
      LOOP_ROLES,
      [{"role": "system", "content": "A"}, {"role": "developer", "content": "B"}, {"role": "user", "content": "C"}],
@@ -116,12 +121,18 @@ def test_transformers_alone_renders_otherwise(name, template, messages, extra, e
     assert HFRenderer().render(_request(template, messages, extra)) == Rendered(plain)
 
 
-def test_the_request_model_refuses_object_arguments(runner):
+@pytest.mark.parametrize("renderer", ["runner", "reproduction"])
+def test_the_request_model_refuses_object_arguments(request, renderer):
     """vLLM's request model types `arguments` as a string (openai's Function TypedDict): an object is a 400."""
+    from runners.vllm_runner import ReproducedRenderer
+
     call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": {"q": 1}}}
-    [outcome] = runner.render_many([_request(LOOP_ROLES, [{"role": "user", "content": "q"},
-                                                          {"role": "assistant", "content": None,
-                                                           "tool_calls": [call]}], {})])
+    cell = _request(LOOP_ROLES, [{"role": "user", "content": "q"},
+                                 {"role": "assistant", "content": None, "tool_calls": [call]}], {})
+    if renderer == "runner":
+        [outcome] = request.getfixturevalue("runner").render_many([cell])
+    else:
+        outcome = ReproducedRenderer().render(cell)
     assert isinstance(outcome, Raised) and outcome.refusal == RefusalKind.RENDER
     assert outcome.message.startswith("400 Bad Request: ") and "arguments" in outcome.message
 
