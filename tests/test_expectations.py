@@ -46,7 +46,8 @@ def test_update_writes_compact_grouped_file_and_selection_keeps_the_rest(tmp_pat
                _result("t2", "a", "engine-raised", "fedcba9876543210", "no documents"),
                _result("t2", "b", "skipped", None, "no documents")]  # not run: never in a baseline
     _, counts = update_expectations("engine-x", results, directory=tmp_path)
-    assert counts == {"added": 2, "removed": 0, "changed": 0, "total": 2, "causes": 0, "causes_without_reason": 0}
+    assert counts == {"added": 2, "removed": 0, "changed": 0, "total": 2, "causes": 0, "causes_without_reason": 0,
+                      "reasons_by_id": 0, "reasons_by_cells": 0, "reasons_merged": [], "reasons_dropped": []}
     text = (tmp_path / "engine-x.json").read_text()
     data = json.loads(text)
     assert data["cells"] == {"t1": {"a": "diverged:0123456789abcdef"}, "t2": {"a": "engine-raised:fedcba9876543210"}}
@@ -175,3 +176,53 @@ def test_a_cell_naming_an_unknown_cause_is_a_bad_file(tmp_path):
         "format": 2, "causes": [], "cells": {"t": {"c": "diverged:0123456789abcdef@c-0123456789"}}}))
     with pytest.raises(ExpectationsError, match="cause c-0123456789 is not among the file's causes"):
         load_expectations("engine-x", tmp_path)
+
+
+def _cause(cause_id):
+    return {"id": cause_id, "title": "t", "constructs": [], "symptom": {"status": "diverged", "edits": [["'", ""]]},
+            "repro": _repro()}
+
+
+def test_reasons_are_carried_over_by_mechanism_when_causes_merge_or_split(tmp_path):
+    """A re-record by mechanism gives new ids: each old reason goes to the new cause holding most of its cells;
+    several reasons in one new cause are all kept (deduplicated) and the joined reason says so."""
+    (tmp_path / "engine-x.json").write_text(json.dumps({
+        "format": 2, "runner": "engine-x",
+        "causes": [{"id": "c-000000000a", "title": "a", "reason": "tojson escapes ' for HTML",
+                    "link": "https://example.invalid/1", "repro": _repro()},
+                   {"id": "c-000000000b", "title": "b", "reason": "tojson escapes < for HTML",
+                    "link": "https://example.invalid/2", "repro": _repro()},
+                   {"id": "c-000000000c", "title": "c", "reason": "tojson escapes ' for HTML", "repro": _repro()},
+                   {"id": "c-000000000d", "title": "d", "reason": "null keys are kept", "repro": _repro()},
+                   {"id": "c-000000000e", "title": "e", "reason": "fixed since", "repro": _repro()}],
+        "cells": {"t1": {"a": "diverged:0000000000000001@c-000000000a", "b": "diverged:0000000000000002@c-000000000a",
+                         "c": "diverged:0000000000000003@c-000000000b", "d": "diverged:0000000000000004@c-000000000c"},
+                  "t2": {"a": "diverged:0000000000000005@c-000000000d", "b": "diverged:0000000000000006@c-000000000d",
+                         "c": "diverged:0000000000000007@c-000000000d", "d": "diverged:0000000000000008@c-000000000e"}}}))
+    results = []
+    for template, case, fp, cause in [("t1", "a", "01", "c-1111111111"), ("t1", "b", "02", "c-1111111111"),
+                                      ("t1", "c", "03", "c-1111111111"), ("t1", "d", "04", "c-1111111111"),
+                                      ("t2", "a", "05", "c-2222222222"), ("t2", "b", "06", "c-2222222222"),
+                                      ("t2", "c", "07", "c-3333333333")]:
+        result = _result(template, case, "diverged", fp.rjust(16, "0"))
+        result.cause = cause
+        results.append(result)
+    results.append(_result("t2", "d", "match"))
+    causes = {c: _cause(c) for c in ("c-1111111111", "c-2222222222", "c-3333333333")}
+    new, counts = update_expectations("engine-x", results, directory=tmp_path, causes=causes)
+    merged = new.causes["c-1111111111"]
+    assert merged.reason.startswith("One mechanism, recorded before as 3 causes (c-000000000a, c-000000000b, "
+                                    "c-000000000c)")
+    # the same reason twice is kept once, under both ids; every distinct reason is kept
+    assert merged.reason.count("tojson escapes ' for HTML") == 1 and "[c-000000000a, c-000000000c]" in merged.reason
+    assert "tojson escapes < for HTML" in merged.reason and "https://example.invalid/2" in merged.reason
+    assert merged.link == "https://example.invalid/1"
+    # d's three cells: two went to one new cause (its heir), one split off to another (which has no other source)
+    assert new.causes["c-2222222222"].reason == "null keys are kept"
+    assert new.causes["c-3333333333"].reason == "null keys are kept"
+    assert counts["causes_without_reason"] == 0 and counts["reasons_merged"] == ["c-1111111111"]
+    assert (counts["reasons_by_id"], counts["reasons_by_cells"]) == (0, 3)
+    assert counts["reasons_dropped"] == ["c-000000000e"]    # its cell matches now
+    # recorded again with the same ids, the joined reason is carried by id unchanged
+    again, counts = update_expectations("engine-x", results, directory=tmp_path, causes=causes)
+    assert again.causes["c-1111111111"].reason == merged.reason and counts["reasons_by_id"] == 3

@@ -96,6 +96,14 @@ def cmd_expectations_update(args) -> int:
           f"({counts['added']} added, {counts['removed']} removed, {counts['changed']} changed) "
           f"from {len(cells)} {'cells (full matrix)' if selection.full else 'selected cells'}; "
           f"{counts['causes']} root causes, {counts['causes_without_reason']} without a reason yet")
+    print(f"reasons carried over: {counts['reasons_by_id']} by cause id, {counts['reasons_by_cells']} by the cells "
+          f"the old cause held (a cause merged or split by mechanism)")
+    if counts["reasons_merged"]:
+        print(f"{len(counts['reasons_merged'])} causes hold several old reasons, joined (rewrite each as one): "
+              + ", ".join(counts["reasons_merged"]))
+    if counts["reasons_dropped"]:
+        print(f"{len(counts['reasons_dropped'])} old reasons went to no cause (their cells match now or are not "
+              f"explained): " + ", ".join(counts["reasons_dropped"]))
     return EXIT_OK
 
 

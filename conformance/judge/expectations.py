@@ -345,8 +345,9 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
     """Rewrite the baseline from fresh results, in format 2. With `selected` ((template, case) pairs), only those
     cells change; the rest of the file is kept. A result's explained cause (result.cause) is recorded with
     the cell; `causes` (cause id -> the explanation's cause record: title, constructs, symptom, repro) gives
-    the known causes' new records, whose reasons and links are carried forward from the old file by id.
-    Returns the new baseline and counts of added/removed/changed cells and of causes without a reason."""
+    the known causes' new records, whose reasons and links are carried forward from the old file by mechanism
+    (carried_reasons: by the cells the old cause held, and by id). Returns the new baseline and counts of
+    added/removed/changed cells, of causes without a reason, and of how reasons were carried over."""
     if runner_name in STRICT_RUNNERS:
         raise ExpectationsError(f"{runner_name} must match every golden; it has no expectations to update")
     from conformance.corpus.cases import load_cases
@@ -366,6 +367,8 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
         cells.setdefault(result.template_id, {})[result.case_id] = (
             result.status + (f":{fp}" if fp else "") + (f"@{cause}" if cause else ""))
     fresh = dict(causes or {})
+    heirs = carried_reasons(old, old_cells, cells)
+    carried = {"by_id": 0, "by_cells": 0, "merged": [], "used": set()}
     known: dict = {}
     for template_id, cases in cells.items():
         for case_id, value in list(cases.items()):
@@ -375,11 +378,12 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
             record = fresh.get(cause)
             previous = old.causes.get(cause)
             if record is not None:
-                entry = KnownCause(cause, record.get("title", ""), previous.reason if previous else "",
-                                   previous.link if previous else "", list(record.get("constructs", [])),
+                reason, link = _inherited(cause, heirs.get(cause, []), old.causes, carried)
+                entry = KnownCause(cause, record.get("title", ""), reason, link, list(record.get("constructs", [])),
                                    record.get("symptom"), _baseline_repro(record.get("repro")))
             elif previous is not None:
                 entry = previous
+                carried["used"].add(cause)
             else:  # a cause nobody describes: keep the cell, drop the dangling id
                 cases[case_id] = status + (f":{fp}" if fp else "")
                 continue
@@ -404,11 +408,83 @@ def update_expectations(runner_name: str, results: Iterable[CellResult], selecte
                        dict(sorted(status_reasons.items())))
     counts = {"added": len(after.keys() - before.keys()), "removed": len(before.keys() - after.keys()),
               "changed": sum(1 for k in after.keys() & before.keys() if after[k] != before[k]), "total": len(after),
-              "causes": len(ordered), "causes_without_reason": sum(1 for c in ordered.values() if not c.reason)}
+              "causes": len(ordered), "causes_without_reason": sum(1 for c in ordered.values() if not c.reason),
+              "reasons_by_id": carried["by_id"], "reasons_by_cells": carried["by_cells"],
+              "reasons_merged": carried["merged"],
+              # old reasons no new cause took: their cells match now, or are no longer explained
+              "reasons_dropped": sorted(c for c, k in old.causes.items() if k.reason and c not in carried["used"])}
     write_expectations(new)
     return new, counts
 
 
+
+
+def carried_reasons(old: "Expectations", old_cells: dict, new_cells: dict) -> dict:
+    """new cause id -> the old causes whose hand-written reasons it inherits, largest share first.
+
+    Identity by mechanism merges causes the old baseline kept apart (and may split one), so ids change on a
+    re-record; the cells do not. An old cause's reason goes to the new cause that holds most of its cells (ties:
+    the smaller id); a new cause that inherits from none this way takes the reason of the old cause that held
+    most of its own cells (a split). Only old causes with a reason count."""
+    from collections import Counter
+
+    moved: dict = {}        # old cause -> Counter(new cause -> cells)
+    held: dict = {}         # new cause -> Counter(old cause -> cells)
+    for template_id, cases in old_cells.items():
+        for case_id, value in cases.items():
+            before = parse_value(value)[2]
+            known = old.causes.get(before) if before else None
+            now = new_cells.get(template_id, {}).get(case_id)
+            after = parse_value(now)[2] if now else None
+            if known is None or not known.reason or after is None:
+                continue
+            moved.setdefault(before, Counter())[after] += 1
+            held.setdefault(after, Counter())[before] += 1
+    heirs: dict = {}
+    for before, counts in moved.items():
+        after, n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        heirs.setdefault(after, Counter())[before] = n
+    for after, counts in held.items():
+        if after not in heirs:
+            before, n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+            heirs[after] = Counter({before: n})
+    return {after: [c for c, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+            for after, counts in heirs.items()}
+
+
+MERGED_REASONS = "One mechanism, recorded before as {n} causes ({ids}); their reasons, kept until rewritten as one:"
+
+
+def _inherited(cause_id: str, sources: list, old_causes: dict, carried: dict) -> tuple[str, str]:
+    """(reason, link) of a re-recorded cause: its own old reason by id when it had one, then the reasons of the
+    old causes whose cells it took (carried_reasons); several distinct reasons are all kept, joined, and say
+    so. The link is the first one given (the largest share); the others are named in the reason."""
+    same = old_causes.get(cause_id)
+    order = ([cause_id] if same is not None and same.reason else []) + [c for c in sources if c != cause_id]
+    distinct: dict = {}     # reason text -> old ids giving it
+    links: list = []
+    for old_id in order:
+        known = old_causes[old_id]
+        if known.reason:
+            distinct.setdefault(known.reason.strip(), []).append(old_id)
+            carried["used"].add(old_id)
+        if known.link and known.link not in links:
+            links.append(known.link)
+    if not distinct:
+        return "", ""
+    if order and order[0] == cause_id:
+        carried["by_id"] += 1
+    else:
+        carried["by_cells"] += 1
+    if len(distinct) == 1:
+        reason = next(iter(distinct))
+    else:
+        carried["merged"].append(cause_id)
+        parts = [f"({i}) [{', '.join(ids)}] {text}" for i, (text, ids) in enumerate(distinct.items(), 1)]
+        reason = " ".join([MERGED_REASONS.format(n=len(order), ids=", ".join(order))] + parts)
+    if len(links) > 1:
+        reason += " Upstream: " + ", ".join(links[1:]) + "."
+    return reason, links[0] if links else ""
 
 
 def _baseline_repro(repro: Optional[dict]) -> Optional[dict]:
