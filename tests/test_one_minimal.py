@@ -26,7 +26,7 @@ MAX_LINES = 10
 BASELINES = sorted(p.stem for p in EXPECTATIONS.glob("*.json"))
 # Baselines recorded by mechanism, every reproducer reduced to 1-minimal (`chatgold expectations update
 # --runner R --reexplain`, reasons carried over): held to both checks.
-RE_RECORDED = {"minijinja", "paperkiln", "ferrox"}
+RE_RECORDED = {"minijinja", "hfjs", "paperkiln", "ferrox"}
 # Of those, the engines cheap to render here: their reproducers are rendered again, every candidate step too.
 RENDERED = {"minijinja", "hfjs", "ferrox", "paperkiln", "chatml-builtin"}
 # Baselines recorded before 1-minimal reduction whose reproducers exceed MAX_LINES (their owners re-record
