@@ -34,7 +34,7 @@ def templates_of(corpus, which: str, limit):
     return chosen[:limit] if limit else chosen
 
 
-def measure(spec: str, which: str, limit, workers: int, budget) -> dict:
+def measure(spec: str, which: str, limit, workers: int, budget, reduce_on_engine: bool = False) -> dict:
     from conformance.explain import explain
     from conformance.explain.cache import ExplainCache
     from conformance.judge.goldens import GoldenStore
@@ -52,6 +52,8 @@ def measure(spec: str, which: str, limit, workers: int, budget) -> dict:
     with tempfile.TemporaryDirectory(prefix="chatgold-bench-explain-") as scratch:
         cache = ExplainCache(Path(scratch))
         engine = get_runner(spec, workers=workers, timeout=10)
+        if reduce_on_engine and hasattr(engine, "reduce_in_process"):
+            engine.reduce_in_process = False  # llama.cpp: a server start per candidate template
         reference = get_runner(REFERENCE_RUNNER, workers=workers, timeout=10)
         try:
             started = time.perf_counter()
@@ -83,6 +85,9 @@ def measure(spec: str, which: str, limit, workers: int, budget) -> dict:
         "matrix_seconds": round(matrix_seconds, 2), "cold_seconds": round(cold_seconds, 2),
         "cached_seconds": round(warm_seconds, 2), "cached_reduced": warm.stats["reduced"],
         "reference_seconds": stats["reference_seconds"], "engine_seconds": stats["engine_seconds"],
+        "reducer": stats.get("reducer"),
+        "candidates_per_second": round(stats["renders"] / cold_seconds, 1) if cold_seconds else None,
+        "confirm_seconds": stats.get("confirm_seconds"),
         "target_seconds": target, "meets_target": None if target is None else cold_seconds <= target,
         "cached_target_seconds": CACHED_TARGET, "cached_meets_target": warm_seconds <= CACHED_TARGET,
         "top_causes": [{"id": c.id, "title": c.title, "cells": len(c.cells), "gain": c.gain}
@@ -101,6 +106,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cases", type=int, default=None, help="(accepted for run_all; explain uses every case)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--budget", type=int, default=None, help="candidate renders per reduction")
+    parser.add_argument("--reduce-on-engine", action="store_true",
+                        help="render candidates on the engine itself (llama.cpp: no in-process reducer)")
     parser.add_argument("--out", help="write the results as JSON here")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -109,7 +116,8 @@ def main(argv=None) -> int:
     for item in args.plan.split(","):
         spec, _, which = item.partition(":")
         try:
-            rows.append(measure(spec, which or "llamacpp", args.templates, args.workers, args.budget))
+            rows.append(measure(spec, which or "llamacpp", args.templates, args.workers, args.budget,
+                                args.reduce_on_engine))
         except Exception as exc:  # one engine missing must not lose the others' numbers
             rows.append({"runner": spec, "set": which, "error": f"{type(exc).__name__}: {exc}"})
         print(json.dumps(rows[-1]), file=sys.stderr)

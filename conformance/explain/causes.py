@@ -269,9 +269,12 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
         log(f"{results.name}: {plan.targets} non-matching cells in {len(plan.groups)} (template, symptom) groups: "
             f"{len(known.tasks) - plan.probed} to reduce, {plan.probed} to probe, {len(known.found)} cached")
     stats = DriverStats()
-    reduced = reduce_groups(plan, known, reference, engine, stats, cache, families or {}, parallel, progress)
+    # Candidates render on the engine's reduction runner when it has one (llama.cpp: its server's chat code in
+    # process, not a server start per candidate template); every cause is confirmed on the engine itself.
+    reducer = _reduction_runner(engine, log)
+    reduced = reduce_groups(plan, known, reference, reducer, stats, cache, families or {}, parallel, progress)
     causes = cluster_causes(plan, reduced.found, set(known.found))
-    causes = _merge_by_mechanism(causes, reduced.found, reference, engine, stats)
+    causes = _merge_by_mechanism(causes, reduced.found, reference, reducer, stats)
     confirm_started = time.perf_counter()
     causes, dropped = confirm_causes(causes, plan, reduced.found, reference, engine, stats)
     unexplained = plan.unexplained + reduced.unexplained + [_unexplained(r, why) for r, why in dropped]
@@ -293,6 +296,7 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
         "seconds": round(time.perf_counter() - started, 3),
         "confirm_seconds": round(time.perf_counter() - confirm_started, 3),
         "reference_seconds": round(stats.reference_seconds, 3), "engine_seconds": round(stats.engine_seconds, 3),
+        "reducer": getattr(reducer, "name", None),
         "cache": {"used": known.used_cache, "hits": cache.hits if cache else 0,
                   "directory": str(cache.directory) if known.used_cache else None},
     }
@@ -438,6 +442,21 @@ def rank_causes(causes: list, figure: dict) -> None:
     for cause in causes:
         cause.conformance_if_fixed, cause.gain = gain_if_fixed(figure, len(cause.cells))
     causes.sort(key=lambda c: (-len(c.cells), c.id))
+
+
+def _reduction_runner(engine, log=None):
+    """The runner that renders an engine's candidates: its `reduction_runner()` when it offers one (a runner
+    that renders as the engine does, tested against it), else the engine."""
+    offer = getattr(engine, "reduction_runner", None)
+    if offer is None:
+        return engine
+    try:
+        reducer = offer()
+    except Exception as exc:  # no faster route: reduce on the engine itself, as before
+        if log is not None:
+            log(f"{getattr(engine, 'name', 'engine')}: reducing on the engine itself ({type(exc).__name__}: {exc})")
+        return engine
+    return reducer if reducer is not None else engine
 
 
 @contextlib.contextmanager

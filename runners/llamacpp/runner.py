@@ -123,6 +123,9 @@ class LlamaCppRunner(Runner):
         self.start_timeout = start_timeout
         self._build_if_missing = build_if_missing
         self._binary = Path(binary) if binary else None
+        self._binary_given = binary is not None
+        self._reducer: Optional[Runner] = None  # reduction_runner(), made on first use
+        self.reduce_in_process = True  # False: reductions start a server per candidate template (as before)
         self._freeze_clock = freeze_clock
         self.models_dir = build.cache_root() / "llamacpp-models"
         self._lock = threading.Lock()
@@ -213,6 +216,22 @@ class LlamaCppRunner(Runner):
                 "clock": file_sha256(self._libfaketime) if self._libfaketime else None,
                 "allocator": allocator_name(), "python": python_identity(),
                 "packages": dist_versions("gguf", "numpy"), "code": source_digest(*PROTOCOL_FILES, "llamacpp")}
+
+    # -- candidates of a cause reduction ---------------------------------------------------------------
+    def reduction_runner(self) -> Optional[Runner]:
+        """The runner a cause reducer renders this engine's candidates with: the server's chat code in process
+        (inproc.py), with no server start per candidate template. Only for the pinned build with its own binary
+        (the harness is built from that source); None otherwise. Raises RunnerUnavailable when the harness
+        cannot be built."""
+        if not self.reduce_in_process or self._build_number is not None or self._binary_given:
+            return None
+        with self._lock:
+            if self._reducer is None:
+                from .inproc import LlamaCppInprocRunner
+
+                self._reducer = LlamaCppInprocRunner(builtin=not self.jinja, timeout=self.timeout,
+                                                     workers=self.workers, start_timeout=self.start_timeout)
+            return self._reducer
 
     # -- server pool: idle servers kept per template, at most `workers` idle in total -------------------
     def reads_clock(self, template: str) -> bool:
@@ -529,6 +548,10 @@ class LlamaCppRunner(Runner):
     def close(self) -> None:
         with self._lock:
             self._closed = True
+            reducer, self._reducer = self._reducer, None
+        if reducer is not None:
+            reducer.close()
+        with self._lock:
             servers = [s for group in self._idle.values() for s in group] + list(self._busy)
             self._idle.clear()
             self._busy.clear()
