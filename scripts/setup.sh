@@ -32,7 +32,7 @@ python -m conformance.cli engines build llama-cpp-python
 python -m conformance.cli engines build llama.cpp
 # The in-process llama.cpp harness (runners/llamacpp/harness) from the same sdist and options, for reductions of
 # llama.cpp causes: llama.cpp's libraries are compiled once more (minutes), then only the harness on a change.
-python -m runners.llamacpp.harness_build
+python -m conformance.cli engines build llama.cpp-harness
 
 # The ollama runner: Go (Debian's golang-go, when `go` is missing) builds its harness into the cache, keyed by
 # the harness's source digest; its Jinja route is llama.cpp at the build Ollama pins (b10488).

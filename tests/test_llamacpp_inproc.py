@@ -109,3 +109,23 @@ def test_every_cell_of_llama_cpps_bundled_templates_agrees_with_llama_server(rou
     assert not differing, f"{len(differing)} of {len(requests)} cells differ, e.g. {differing[:3]}"
     kinds = {type(o).__name__ for o in theirs}
     assert "Rendered" in kinds and "Raised" in kinds  # both routes render and refuse here: the check has teeth
+
+
+def test_a_reduction_renders_candidates_in_process_and_confirms_every_cause_on_llama_server(harness_binary):
+    from conformance.checkrun import check_cells
+    from conformance.explain import explain
+    from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell
+    from runners import get_runner
+
+    cells = Selection.load(["01-ai-yi-1.5-9b-chat"], ["developer-role", "tool-call-null-content"]).cells()
+    with LlamaCppRunner(workers=2) as engine, get_runner("hf", workers=2) as reference:
+        results = check_cells(engine, cells, GoldenJudge(), tokens=False)
+        starts = engine.server_starts
+        explanation = explain(results, engine, reference, requests_by_cell(cells))
+        assert explanation.stats["reducer"] == "llamacpp-inproc"
+        assert explanation.causes and all(cause.confirmed for cause in explanation.causes)
+        assert explanation.stats["reduction_renders"] > 50  # many candidates...
+        # ...and the server started only to confirm each cause's reproducer (up to three tries each)
+        assert engine.server_starts - starts <= 3 * len(explanation.causes)
+        for cause in explanation.causes:  # what a cause shows is the real server's outcome
+            assert engine.render(cause.found.request) == cause.found.engine

@@ -8,6 +8,8 @@ import sys
 BUILDABLE = {
     "llama.cpp": ("runners.llamacpp.build", "build_llama_server", "find_llama_server"),
     "llama-cpp-python": ("runners.llama_cpp_python.build", "build", "find"),
+    # the in-process llama.cpp harness that reductions render candidates with (docs/llamacpp.md)
+    "llama.cpp-harness": ("runners.llamacpp.harness_build", "ensure_harness", "find_harness"),
 }
 
 

@@ -25,6 +25,7 @@ from typing import Optional
 from ..base import RunnerUnavailable
 from ..versions import cache_lock, cache_root
 from . import build
+from . import build as _pinned
 
 HARNESS_DIR = Path(__file__).resolve().parent / "harness"
 SOURCES = ("CMakeLists.txt", "harness.cpp")
@@ -68,20 +69,23 @@ def _niced(argv: list) -> list:
     return [nice, "-n", str(NICE), *argv] if nice else argv
 
 
-def ensure_harness(force: bool = False) -> Path:
-    """The built harness for this checkout's sources; builds it when missing. RunnerUnavailable on failure."""
+def ensure_harness(force: bool = False, build: Optional[str] = None) -> Path:
+    """The built harness for this checkout's sources; builds it when missing. RunnerUnavailable on failure.
+    `build`: only the pinned llama.cpp build has a harness (`chatgold engines build` passes --version here)."""
+    if build is not None and _pinned.normalise_build(str(build)) != _pinned.BUILD_NUMBER:
+        raise RunnerUnavailable(f"the in-process harness is built for llama.cpp {_pinned.LLAMA_CPP_TAG} only")
     found = find_harness()
     if found and not force:
         return found
     root = work_root()
     root.mkdir(parents=True, exist_ok=True)
-    with cache_lock(f"llamacpp-harness-{build.LLAMA_CPP_TAG}"):
+    with cache_lock(f"llamacpp-harness-{_pinned.LLAMA_CPP_TAG}"):
         found = find_harness()
         if found and not force:
             return found
         try:
             return _build_locked(root)
-        except build.LlamaCppBuildError as exc:
+        except _pinned.LlamaCppBuildError as exc:
             raise RunnerUnavailable(str(exc)) from exc
 
 
