@@ -45,7 +45,7 @@ def test_it_renders_through_the_servers_chat_layer(inproc):
     assert inproc.render(req(CHATML, hi, add_generation_prompt=True)) == Rendered(
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")
     # the server's own additions: the chat_template_kwargs default it sets (common/arg.cpp:965-967)
-    assert inproc.render(req("{{ preserve_reasoning }}", hi)) == Rendered("true")
+    assert inproc.render(req("{{ preserve_reasoning }}", hi)) == Rendered("True")
     # bos/eos as the server's vocabulary gives them; a missing one is the empty text
     assert inproc.render(req("[{{ bos_token }}|{{ eos_token }}]", hi, bos_token="<s>")) == Rendered("[<s>|]")
     # the request parser's checks, before any template runs (tools/server/server-common.cpp:1328-1333)

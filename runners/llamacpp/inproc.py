@@ -21,8 +21,10 @@ from typing import Iterable, Iterator, Optional
 from ..base import Outcome, Raised, RenderRequest, Runner
 from ..command import CommandRunner
 from . import build
+from .server import LlamaServer
 
-# The harness's prefix for a template the server would not load (harness.cpp, LOAD_FAILURE).
+# The harness's prefix for a template the server would not load, followed by llama.cpp's log of the load
+# (harness.cpp, LOAD_FAILURE).
 LOAD_FAILURE = "llama-server would not load the template: "
 # llama-server exits with status 1 when its model (so its chat template) does not load (tools/server/server.cpp,
 # llama_server: `if (!ctx_server.load_model(params)) ... return 1`); the server route words it so (server.py).
@@ -65,7 +67,10 @@ class LlamaCppInprocRunner(Runner):
             return outcome
         message = outcome.message
         if message.startswith(LOAD_FAILURE):
-            message = START_FAILURE + server_log_text(message[len(LOAD_FAILURE):])
+            # the harness hands back llama.cpp's log of the failed load; the reason is read from it as the
+            # server route reads it from llama-server's log
+            log = message[len(LOAD_FAILURE):].encode("utf-8", "surrogatepass")
+            message = START_FAILURE + LlamaServer.failure_reason(log)
             return Raised(message, self._kind(message, at_start=True))
         return Raised(message, self._kind(message, at_start=False))
 
@@ -90,12 +95,3 @@ class LlamaCppInprocRunner(Runner):
     def close(self) -> None:
         self._harness.close()
 
-
-def server_log_text(text: str) -> str:
-    """An error as the server route reads it back from llama-server's log (server.py, failure_reason): the first
-    line stripped, each further non-blank line with its trailing space removed."""
-    lines = text.splitlines()
-    if not lines:
-        return ""
-    first, rest = lines[0].strip(), [line.rstrip() for line in lines[1:] if line.strip()]
-    return "\n".join([first, *rest])

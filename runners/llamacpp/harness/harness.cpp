@@ -30,6 +30,7 @@
 #include "log.h"
 #include "server-common.h"
 
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,6 +67,17 @@ extern "C" int clock_gettime(clockid_t clock, struct timespec * ts) {
         return 0;
     }
     return (int) syscall(SYS_clock_gettime, clock, ts);
+}
+
+// The Jinja runtime reads std::time (common/jinja/runtime.h:73) for strftime_now: glibc's time() does not go
+// through clock_gettime, so it is answered here too.
+extern "C" time_t time(time_t * out) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (out) {
+        *out = ts.tv_sec;
+    }
+    return ts.tv_sec;
 }
 
 static int digits(const std::string & s, size_t at, size_t n) {
@@ -118,6 +130,66 @@ struct loaded_template {
     std::string        load_error;  // non-empty: the server would not start on this template
 };
 
+// ---- llama.cpp's log, as the server's log file holds it ------------------------------------------------------
+//
+// A template the server will not load is reported from its log (the runner reads the reason back from it:
+// runners/llamacpp/server.py, failure_reason). llama.cpp's log is copied here to an unlinked file, the same
+// lines the server writes (with their level prefix, common_init), so the load's own lines can be handed back.
+
+static int         g_log_fd = -1;
+static std::string g_log_path;
+
+static void log_open() {
+    char path[] = "/tmp/chatgold-llamacpp-harness-log-XXXXXX";
+    const char * dir = getenv("TMPDIR");
+    std::string templ = dir && *dir ? std::string(dir) + "/chatgold-llamacpp-harness-log-XXXXXX" : path;
+    std::vector<char> buf(templ.begin(), templ.end());
+    buf.push_back('\0');
+    g_log_fd = mkstemp(buf.data());
+    if (g_log_fd < 0) {
+        return;
+    }
+    unlink(buf.data());  // nothing left behind, whatever ends this process
+    g_log_path = "/proc/self/fd/" + std::to_string(g_log_fd);
+    common_log_set_file(common_log_main(), g_log_path.c_str());
+}
+
+static off_t log_size() {
+    struct stat st;
+    return g_log_fd >= 0 && fstat(g_log_fd, &st) == 0 ? st.st_size : 0;
+}
+
+// Where the next load's lines start; the file is emptied when it has grown large.
+static off_t log_mark() {
+    if (g_log_fd >= 0 && log_size() > (off_t) (4 << 20)) {
+        common_log_set_file(common_log_main(), g_log_path.c_str());  // reopened for writing: truncated
+    }
+    return log_size();
+}
+
+static std::string log_since(off_t mark) {
+    common_log_flush(common_log_main());
+    std::string text;
+    if (g_log_fd < 0) {
+        return text;
+    }
+    off_t end = log_size();
+    if (end > mark) {
+        text.resize((size_t) (end - mark));
+        ssize_t got = pread(g_log_fd, text.data(), text.size(), mark);
+        text.resize(got > 0 ? (size_t) got : 0);
+    }
+    return text;
+}
+
+// What the server logs as its load fails: llama.cpp's own lines (above: the log), then the server's (server-context.cpp:1599).
+static std::string load_log(off_t mark, const std::exception & e) {
+    // SRV_ERR (server-common.h:37) prefixes the function's name, and the message names it again
+    LOG_ERR("srv  %12.*s: %s: chat template parsing error: %s\n", 12, "init", "init", e.what());
+    std::string text = log_since(mark);
+    return text.empty() ? std::string("chat template parsing error: ") + e.what() : text;
+}
+
 struct harness {
     common_params                base;  // the server's options, parsed as llama-server parses them
     std::list<loaded_template>   loaded;  // most recently used first
@@ -152,11 +224,15 @@ struct harness {
         const std::string token_eos = eos.value_or("");
         common_chat_templates_ptr tmpls;
         bool enable_thinking = false;
+        const off_t mark = log_mark();
+        // A failure stops the server's load (server-context.cpp:1598-1603, in init, called from load_model at
+        // :1523); what it logged is the reason. common_chat_templates_init logs the original error
+        // (chat.cpp:842) before rethrowing a copy sliced to std::exception (:845), so the log, not the
+        // exception, has the message the server route reports.
         try {
             tmpls = common_chat_templates_init(nullptr, src, token_bos, token_eos);
         } catch (const std::exception & e) {
-            // the server's log: chat.cpp:842 logs the error first, then server-context.cpp:1598-1602 (init, called by load_model at :1523) stops the load
-            entry.load_error = std::string("common_chat_templates_init: error: ") + e.what();
+            entry.load_error = load_log(mark, e);
             return entry;
         }
         try {
@@ -167,7 +243,7 @@ struct harness {
             const bool supports = base.use_jinja && common_chat_templates_support_enable_thinking(tmpls.get());
             enable_thinking     = base.enable_reasoning != 0 && supports;
         } catch (const std::exception & e) {
-            entry.load_error = std::string("srv          init: chat template parsing error: ") + e.what();
+            entry.load_error = load_log(mark, e);
             return entry;
         }
         entry.params = {
@@ -189,7 +265,7 @@ struct harness {
             // server-context.cpp:1625-1627 reads the caps right after; a failure there stops the load too
             (void) common_chat_templates_get_caps(entry.params.tmpls.get());
         } catch (const std::exception & e) {
-            entry.load_error = std::string("srv          init: chat template parsing error: ") + e.what();
+            entry.load_error = load_log(mark, e);
         }
         return entry;
     }
@@ -323,6 +399,10 @@ int main(int argc, char ** argv) {
                                              "--no-prefill-assistant"};
     harness h;
     common_init();  // server.cpp:105
+    // Log lines without timestamps: the clock is the requests' frozen one here (the reader of a load's log,
+    // server.py's failure_reason, takes lines with and without them alike).
+    common_log_set_timestamps(common_log_main(), false);
+    log_open();
     if (!common_params_parse((int) server_args.size(), const_cast<char **>(server_args.data()), h.base,
                              LLAMA_EXAMPLE_SERVER)) {
         fprintf(stderr, "llama.cpp did not accept the server options\n");
