@@ -21,6 +21,7 @@ from typing import Iterable, Iterator, Optional
 from ..base import Outcome, Raised, RenderRequest, Runner
 from ..command import CommandRunner
 from . import build
+from .allocator import find_mimalloc
 from .server import LlamaServer
 
 # The harness's prefix for a template the server would not load, followed by llama.cpp's log of the load
@@ -48,6 +49,9 @@ class LlamaCppInprocRunner(Runner):
         # As llama-server's: an environment of its own (llama.cpp reads LLAMA_ARG_* as options), C locale, UTC.
         env = {key: os.environ[key] for key in ("PATH", "HOME") if key in os.environ}
         env.update(LANG="C", LC_ALL="C", TZ="UTC")
+        allocator = find_mimalloc()  # as the server gets it (allocator.py): it cannot change a rendered byte
+        if allocator is not None:
+            env["LD_PRELOAD"] = str(allocator)
         argv = [str(binary)] + (["--builtin"] if builtin else [])
         self._harness = CommandRunner(argv, name=self.name, timeout=timeout, workers=workers,
                                       start_timeout=start_timeout, env=env)
