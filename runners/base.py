@@ -16,11 +16,14 @@ Runners never import `conformance`; the suite imports runners.
 """
 from __future__ import annotations
 
+import contextlib
+
 import dataclasses
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Optional, Union
 
 # The largest template chatgold imports or renders, in UTF-8 bytes: over 5x the largest real chat template
@@ -271,6 +274,19 @@ class Runner:
         conversation (name, engine versions, a digest of the code and configuration in between: see
         runners/identity.py), as JSON data; chatgold may then reuse an outcome recorded under the same identity.
         None (the default): the runner cannot vouch for that, and its outcomes are never reused."""
+        return None
+
+    # -- hooks for a cause reducer, which renders thousands of throwaway templates ---------------------------
+    @contextlib.contextmanager
+    def scratch_space(self, folder: Path, idle: int = 0):
+        """While open: files this runner keeps per template go under `folder` (the caller removes it), and a
+        runner that starts a process per template keeps up to `idle` of them running between batches (a
+        reducer renders many small batches through the same candidate). The default keeps nothing."""
+        yield
+
+    def reduction_runner(self) -> Optional["Runner"]:
+        """A runner that renders as this one does, cheaper per candidate template (tested against it), for a
+        reducer's candidates; every cause is still confirmed on this runner. None: reduce on this runner."""
         return None
 
     # -- optional queries: an engine that cannot answer keeps these defaults --------------------------------

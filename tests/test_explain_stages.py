@@ -91,3 +91,36 @@ def test_the_walk_sees_a_bolted_on_attribute(tmp_path):
                      "    cause.title = ''\n")
     declared, methods = _declared()
     assert _bolted(probe, declared, methods) == ["probe.py:2 ._candidates", "probe.py:3 .run"]
+
+
+def _engine_attributes_read(path: Path) -> set:
+    """Attribute names `path` reads or writes on anything, plus names it passes to getattr/setattr as text."""
+    names = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Attribute):
+            names.add(node.attr)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+                "getattr", "setattr", "hasattr") and len(node.args) > 1 and isinstance(node.args[1], ast.Constant):
+            names.add(node.args[1].value)
+    return names
+
+
+def test_the_suite_reaches_no_runner_internals_for_its_scratch_space():
+    # A reducer's scratch folder and idle servers go through Runner.scratch_space, the faster candidate route
+    # through Runner.reduction_runner: nothing in conformance/ knows llama.cpp's settings by name.
+    internals = {"models_dir", "idle_servers", "_reducer", "reduce_in_process"}
+    for path in (ROOT / "conformance").rglob("*.py"):
+        assert not _engine_attributes_read(path) & internals, path.relative_to(ROOT)
+
+
+def test_llamacpp_scratch_space_takes_its_models_and_idle_servers_and_gives_them_back(tmp_path):
+    from runners.base import Runner
+    from runners.llamacpp.runner import LlamaCppRunner
+
+    engine = LlamaCppRunner.__new__(LlamaCppRunner)  # the settings only: no server, no build
+    engine.models_dir, engine.idle_servers = tmp_path / "models", 0
+    with engine.scratch_space(tmp_path / "scratch", idle=3):
+        assert (engine.models_dir, engine.idle_servers) == (tmp_path / "scratch", 3)
+    assert (engine.models_dir, engine.idle_servers) == (tmp_path / "models", 0)
+    with Runner.scratch_space(engine, tmp_path / "other", idle=5):  # the interface's default keeps nothing
+        assert engine.models_dir == tmp_path / "models"

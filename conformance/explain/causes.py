@@ -447,11 +447,8 @@ def rank_causes(causes: list, figure: dict) -> None:
 def _reduction_runner(engine, log=None):
     """The runner that renders an engine's candidates: its `reduction_runner()` when it offers one (a runner
     that renders as the engine does, tested against it), else the engine."""
-    offer = getattr(engine, "reduction_runner", None)
-    if offer is None:
-        return engine
     try:
-        reducer = offer()
+        reducer = engine.reduction_runner()
     except Exception as exc:  # no faster route: reduce on the engine itself, as before
         if log is not None:
             log(f"{getattr(engine, 'name', 'engine')}: reducing on the engine itself ({type(exc).__name__}: {exc})")
@@ -461,26 +458,14 @@ def _reduction_runner(engine, log=None):
 
 @contextlib.contextmanager
 def _scratch_artefacts(engine, idle: int = 0):
-    """Runner settings for rendering candidates. A runner that keeps a file per template it renders (llama.cpp
-    writes a GGUF per template into its models cache) gets a scratch directory: a reduction renders thousands
-    of templates never seen again. A runner that starts a server per template (llama.cpp) keeps `idle` of them
-    running between batches: each reduction renders many conversations through its current template."""
-    saved = getattr(engine, "models_dir", None)
-    saved_idle = getattr(engine, "idle_servers", None)
-    scratch = None
-    if isinstance(saved, Path):
-        scratch = tempfile.mkdtemp(prefix="chatgold-explain-")
-        engine.models_dir = Path(scratch)
-    if isinstance(saved_idle, int):
-        engine.idle_servers = idle
+    """The runner's scratch space (Runner.scratch_space) for rendering candidates, in a temporary folder
+    removed afterwards: a reduction renders thousands of templates never seen again."""
+    scratch = tempfile.mkdtemp(prefix="chatgold-explain-")
     try:
-        yield
+        with engine.scratch_space(Path(scratch), idle=idle):
+            yield
     finally:
-        if scratch is not None:
-            engine.models_dir = saved
-            shutil.rmtree(scratch, ignore_errors=True)
-        if isinstance(saved_idle, int):
-            engine.idle_servers = saved_idle
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def no_answer_reason(result) -> str:

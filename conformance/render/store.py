@@ -799,6 +799,13 @@ class CachedRunner(Runner):
             raise AttributeError(name)
         return getattr(self.runner, name)
 
+    # The reducer's hooks are the wrapped engine's (Runner declares defaults, so __getattr__ would not reach them).
+    def scratch_space(self, folder, idle: int = 0):
+        return self.runner.scratch_space(folder, idle=idle)
+
+    def reduction_runner(self):
+        return self.runner.reduction_runner()
+
     name = property(lambda self: self.runner.name)
     version = property(lambda self: self.runner.version)
     language = property(lambda self: self.runner.language)

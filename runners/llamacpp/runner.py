@@ -12,6 +12,7 @@ the template's markers as control tokens).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import signal
 import threading
 import time
@@ -218,6 +219,17 @@ class LlamaCppRunner(Runner):
                 "packages": dist_versions("gguf", "numpy"), "code": source_digest(*PROTOCOL_FILES, "llamacpp")}
 
     # -- candidates of a cause reduction ---------------------------------------------------------------
+    @contextlib.contextmanager
+    def scratch_space(self, folder: Path, idle: int = 0):
+        """A reducer's candidates each write a GGUF (the template is fixed at load) that is never used again:
+        they go under `folder`, not the models cache; `idle` servers stay up between its batches."""
+        saved = (self.models_dir, self.idle_servers)
+        self.models_dir, self.idle_servers = Path(folder), idle
+        try:
+            yield
+        finally:
+            self.models_dir, self.idle_servers = saved
+
     def reduction_runner(self) -> Optional[Runner]:
         """The runner a cause reducer renders this engine's candidates with: the server's chat code in process
         (inproc.py), with no server start per candidate template. Only for the pinned build with its own binary
