@@ -582,29 +582,13 @@ def filter_kwargs(tokenizer, template: str, kwargs: dict) -> dict:
 # -- 8. the render ----------------------------------------------------------------------------------------------
 def template_error_reason(exc: BaseException) -> str:
     """hf.py:834-844: the message of the innermost jinja2 error in the chain, else the exception's."""
-    import jinja2
-
-    seen: set = set()
-    current: Optional[BaseException] = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, jinja2.TemplateError):
-            return str(current)
-        current = current.__cause__ or current.__context__
-    return str(exc)
+    return str(_template_error(exc))
 
 
 def _template_error(exc: BaseException) -> BaseException:
-    import jinja2
+    from .vllm_wheel import template_error
 
-    seen: set = set()
-    current: Optional[BaseException] = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, jinja2.TemplateError):
-            return current
-        current = current.__cause__ or current.__context__
-    return exc
+    return template_error(exc)
 
 
 class ReproducedRenderer:
