@@ -587,6 +587,15 @@ def data_features(case: dict) -> set:
     return out
 
 
+def _kind(found: Found) -> tuple:
+    """A reproducer's kind of difference: its status and refusal, or for different bytes the class of the
+    difference (cluster.difference_class: which text it prints is the template's)."""
+    symptom = found.symptom
+    if symptom.status == Status.DIVERGED:
+        return symptom.status, cluster.difference_class(found.reference.text, found.engine.text)
+    return symptom.status, symptom.refusal
+
+
 def _same_mechanism(cause, pair) -> bool:
     """Whether `pair`, the cause's own template rendered with another cause's data, shows the cause's mechanism:
     the same refusal, or different bytes of the same kind (cluster.difference_class: which text the other data
@@ -600,11 +609,42 @@ def _same_mechanism(cause, pair) -> bool:
     return cluster.difference_class(pair[0].text, pair[1].text) == mine
 
 
+def _explains(mine, theirs, pair, triggered: set) -> bool:
+    """Whether `theirs`' cells are `mine`'s mechanism. `mine`'s template given `theirs`' data showing `mine`'s
+    kind of difference (_same_mechanism) proves that only when that data is what sets it off (`mine` is in
+    `triggered`: given no data, its template does not differ so) and `theirs`' own reproducer is the same
+    mechanism at work: it uses every construct `mine` is keyed by and differs in the same kind. A template
+    that differs whatever the data (a compile error, a token bound as none) would otherwise take every cause
+    whose data shares an incidental feature with its own (add_generation_prompt)."""
+    if mine.id not in triggered or _kind(theirs.found) != _kind(mine.found):
+        return False
+    if not set(mine.constructs) <= set(cluster.constructs_of(theirs.found.request.template)):
+        return False
+    return _same_mechanism(mine, pair)
+
+
+def _no_data(request: RenderRequest) -> RenderRequest:
+    """The request's template with data that holds no trigger (data_features): one user message of no text,
+    no tools, documents or kwargs. The flags stay as they were: an engine may render only one setting of them
+    (TGI always adds the generation prompt) and skip the others."""
+    conversation = request.conversation
+    return RenderRequest(request.template, Conversation(
+        messages=[{"role": "user", "content": ""}], add_generation_prompt=conversation.add_generation_prompt,
+        continue_final_message=conversation.continue_final_message, now=conversation.now),
+        request.bos_token, request.eos_token, request.template_id, request.case_id)
+
+
+def _answered(pair) -> bool:
+    return all(outcome.kind in ("rendered", "raised") for outcome in pair)
+
+
 def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> list:
     """Causes that are one mechanism shown through different symptoms, merged, checked by rendering: two causes
     whose reproducers' data share a trigger (data_features) are one when one's template, given the other's
-    data, still shows its own kind of difference. A template that differs whatever the data (a missing trim_blocks)
-    has no trigger and is never merged this way: its key alone identifies it."""
+    data, still shows its own kind of difference, its difference needs data to show (its template given no
+    data does not differ so), and the other's reproducer uses its constructs and differs in the same kind
+    (_explains). A template that differs whatever the data (a missing trim_blocks, a compile error) has no
+    trigger and is never merged this way: its key alone identifies it."""
     features = {cause.id: data_features(cause.found.request.conversation.to_dict()) for cause in causes}
     pairs = [(a, b) for i, a in enumerate(causes) for b in causes[i + 1:]
              if features[a.id] & features[b.id] and not a.found.ignores_template and not b.found.ignores_template]
@@ -616,7 +656,13 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
             request = mine.found.request
             batch.append(RenderRequest(request.template, theirs.found.request.conversation, request.bos_token,
                                        request.eos_token, request.template_id, request.case_id))
+    involved = list({cause.id: cause for pair in pairs for cause in pair}.values())
+    batch.extend(_no_data(cause.found.request) for cause in involved)
     outcomes = render_pairs(reference, engine, batch, stats)
+    plain = outcomes[2 * len(pairs):]
+    # Needs data to differ: given none, both sides answer and its kind of difference is gone (an engine that
+    # skips or errors on that request says nothing, and the cause is not merged by data).
+    triggered = {cause.id for cause, pair in zip(involved, plain) if _answered(pair) and not _same_mechanism(cause, pair)}
     parent = {cause.id: cause.id for cause in causes}
 
     def root(cause_id: str) -> str:
@@ -625,7 +671,7 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
         return cause_id
 
     for index, (a, b) in enumerate(pairs):
-        if _same_mechanism(a, outcomes[2 * index]) or _same_mechanism(b, outcomes[2 * index + 1]):
+        if _explains(a, b, outcomes[2 * index], triggered) or _explains(b, a, outcomes[2 * index + 1], triggered):
             parent[root(b.id)] = root(a.id)
     merged: dict = {}
     for cause in causes:
