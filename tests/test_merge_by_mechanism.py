@@ -57,22 +57,26 @@ def _causes(runners, reproducers: dict) -> dict:
     return out
 
 
-def test_a_difference_that_needs_no_data_takes_no_other_cause(runners):
+def test_a_cause_takes_another_only_when_it_is_that_mechanism(runners):
     reference, engine = runners
+    null_name = [{"role": "user", "content": "hi", "name": None}]
     causes = _causes(runners, {
         "bos": ("{{ bos_token }}", [{"role": "user", "content": "hi"}], "<s>"),
-        "name": ("{{ messages[0].name }}", [{"role": "user", "content": "hi", "name": None}], None),
-        "name-test": ("{% if messages[0].name is none %}X{% endif %}",
-                      [{"role": "user", "content": "hi", "name": None}], None),
+        "name": ("{{ messages[0].name }}", null_name, None),
+        "name-loop": ("{% for c in messages[0].name %}{{ c }}{% endfor %}", null_name, None),
+        "name-test": ("{% if messages[0].name is none %}X{% endif %}", null_name, None),
     })
-    # Three causes to begin with, each printing something extra, all three with the generation prompt on.
-    assert len({cause.id for cause in causes.values()}) == 3
-    assert all(cluster.difference_class(c.found.reference.text, c.found.engine.text) == "adds"
-               for c in causes.values())
+    # Four causes to begin with, all with the generation prompt on; three print something extra.
+    assert len({cause.id for cause in causes.values()}) == 4
+    assert [cluster.difference_class(c.found.reference.text, c.found.engine.text) for c in causes.values()
+            if c.found.engine.kind == "rendered"] == ["adds"] * 3
     merged = _merge_by_mechanism(list(causes.values()), {}, reference, engine, DriverStats())
-    cells = {cause.id: sorted(cause.cells) for cause in merged}
-    # The doubled token keeps its own cell only: its template doubles the token given any data, so the other
-    # data showing it proves nothing about the other cells (today's code filed all three under it).
-    assert cells[causes["bos"].id] == [("t-bos", "c")]
-    # The null key kept is one bug shown through two templates: merged, checked by rendering.
-    assert sorted(cells.values()) == [[("t-bos", "c")], [("t-name", "c"), ("t-name-test", "c")]]
+    cells = sorted(sorted(cause.cells) for cause in merged)
+    assert cells == [[("t-bos", "c")],
+                     [("t-name", "c"), ("t-name-loop", "c")],
+                     [("t-name-test", "c")]]
+    # - The doubled token keeps its own cell only: its template doubles the token given any data, so showing
+    #   it with the others' data proves nothing about their cells (the old code filed every cell under it).
+    # - The null key kept, printed or iterated, is one bug through two templates, checked by rendering.
+    # - `is none` is the same bug, but the merged cause's reproducer and title (printing `None`) are not true
+    #   of a template that never prints the name: it stays a cause of its own rather than a false one.

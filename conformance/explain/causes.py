@@ -587,15 +587,6 @@ def data_features(case: dict) -> set:
     return out
 
 
-def _kind(found: Found) -> tuple:
-    """A reproducer's kind of difference: its status and refusal, or for different bytes the class of the
-    difference (cluster.difference_class: which text it prints is the template's)."""
-    symptom = found.symptom
-    if symptom.status == Status.DIVERGED:
-        return symptom.status, cluster.difference_class(found.reference.text, found.engine.text)
-    return symptom.status, symptom.refusal
-
-
 def _same_mechanism(cause, pair) -> bool:
     """Whether `pair`, the cause's own template rendered with another cause's data, shows the cause's mechanism:
     the same refusal, or different bytes of the same kind (cluster.difference_class: which text the other data
@@ -609,18 +600,21 @@ def _same_mechanism(cause, pair) -> bool:
     return cluster.difference_class(pair[0].text, pair[1].text) == mine
 
 
-def _explains(mine, theirs, pair, triggered: set) -> bool:
-    """Whether `theirs`' cells are `mine`'s mechanism. `mine`'s template given `theirs`' data showing `mine`'s
-    kind of difference (_same_mechanism) proves that only when that data is what sets it off (`mine` is in
-    `triggered`: given no data, its template does not differ so) and `theirs`' own reproducer is the same
-    mechanism at work: it uses every construct `mine` is keyed by and differs in the same kind. A template
-    that differs whatever the data (a compile error, a token bound as none) would otherwise take every cause
-    whose data shares an incidental feature with its own (add_generation_prompt)."""
-    if mine.id not in triggered or _kind(theirs.found) != _kind(mine.found):
-        return False
-    if not set(mine.constructs) <= set(cluster.constructs_of(theirs.found.request.template)):
-        return False
-    return _same_mechanism(mine, pair)
+def _explains(mine, pair, triggered: set) -> bool:
+    """Whether `pair`, `mine`'s template given another cause's data, shows `mine`'s mechanism set off by that
+    data: `mine` is in `triggered` (given no data, its template does not differ so). A template that differs
+    whatever the data (a compile error, a token bound as none) shows its difference with any data, which says
+    nothing of the other cause's cells: it would otherwise take every cause whose data shares an incidental
+    feature with its own (add_generation_prompt)."""
+    return mine.id in triggered and _same_mechanism(mine, pair)
+
+
+def _uses_each_others_constructs(group: list, other: list, constructs: dict) -> bool:
+    """Whether every cause of each group uses (in its reproducer's template) every construct each cause of the
+    other is keyed by: the merged cause is named after one of them, and its title and reproducer must be true
+    of every cell it holds (`|tojson` is no cause of a template without tojson)."""
+    return all(set(a.constructs) <= constructs[b.id] and set(b.constructs) <= constructs[a.id]
+               for a in group for b in other)
 
 
 def _no_data(request: RenderRequest) -> RenderRequest:
@@ -642,9 +636,9 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
     """Causes that are one mechanism shown through different symptoms, merged, checked by rendering: two causes
     whose reproducers' data share a trigger (data_features) are one when one's template, given the other's
     data, still shows its own kind of difference, its difference needs data to show (its template given no
-    data does not differ so), and the other's reproducer uses its constructs and differs in the same kind
-    (_explains). A template that differs whatever the data (a missing trim_blocks, a compile error) has no
-    trigger and is never merged this way: its key alone identifies it."""
+    data does not differ so, _explains), and each uses the constructs the other is keyed by. A template that
+    differs whatever the data (a missing trim_blocks, a compile error) has no trigger and is never merged this
+    way: its key alone identifies it."""
     features = {cause.id: data_features(cause.found.request.conversation.to_dict()) for cause in causes}
     pairs = [(a, b) for i, a in enumerate(causes) for b in causes[i + 1:]
              if features[a.id] & features[b.id] and not a.found.ignores_template and not b.found.ignores_template]
@@ -662,7 +656,8 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
     plain = outcomes[2 * len(pairs):]
     # Needs data to differ: given none, both sides answer and its kind of difference is gone (an engine that
     # skips or errors on that request says nothing, and the cause is not merged by data).
-    triggered = {cause.id for cause, pair in zip(involved, plain) if _answered(pair) and not _same_mechanism(cause, pair)}
+    triggered = {cause.id for cause, pair in zip(involved, plain)
+                 if _answered(pair) and not _same_mechanism(cause, pair)}
     parent = {cause.id: cause.id for cause in causes}
 
     def root(cause_id: str) -> str:
@@ -670,9 +665,15 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
             cause_id = parent[cause_id]
         return cause_id
 
+    constructs = {cause.id: set(cluster.constructs_of(cause.found.request.template)) for cause in causes}
+    component = {cause.id: [cause] for cause in causes}   # root -> the causes merged into it so far
     for index, (a, b) in enumerate(pairs):
-        if _explains(a, b, outcomes[2 * index], triggered) or _explains(b, a, outcomes[2 * index + 1], triggered):
-            parent[root(b.id)] = root(a.id)
+        if not (_explains(a, outcomes[2 * index], triggered) or _explains(b, outcomes[2 * index + 1], triggered)):
+            continue
+        ra, rb = root(a.id), root(b.id)
+        if ra != rb and _uses_each_others_constructs(component[ra], component[rb], constructs):
+            parent[rb] = ra
+            component[ra] += component.pop(rb)
     merged: dict = {}
     for cause in causes:
         merged.setdefault(root(cause.id), []).append(cause)
