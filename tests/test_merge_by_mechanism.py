@@ -72,11 +72,7 @@ def test_a_cause_takes_another_only_when_it_is_that_mechanism(runners):
             if c.found.engine.kind == "rendered"] == ["adds"] * 3
     merged = _merge_by_mechanism(list(causes.values()), {}, reference, engine, DriverStats())
     cells = sorted(sorted(cause.cells) for cause in merged)
-    assert cells == [[("t-bos", "c")],
-                     [("t-name", "c"), ("t-name-loop", "c")],
-                     [("t-name-test", "c")]]
-    # - The doubled token keeps its own cell only: its template doubles the token given any data, so showing
-    #   it with the others' data proves nothing about their cells (the old code filed every cell under it).
-    # - The null key kept, printed or iterated, is one bug through two templates, checked by rendering.
-    # - `is none` is the same bug, but the merged cause's reproducer and title (printing `None`) are not true
-    #   of a template that never prints the name: it stays a cause of its own rather than a false one.
+    assert cells == [[("t-bos", "c")], [("t-name", "c"), ("t-name-loop", "c"), ("t-name-test", "c")]]
+    # The doubled token keeps its own cell only: its template doubles the token given any data, so showing it
+    # with the others' data proves nothing about their cells (the old code filed every cell under it). The null
+    # key kept, printed, iterated or tested, is one bug through three templates, checked by rendering.

@@ -609,12 +609,12 @@ def _explains(mine, pair, triggered: set) -> bool:
     return mine.id in triggered and _same_mechanism(mine, pair)
 
 
-def _uses_each_others_constructs(group: list, other: list, constructs: dict) -> bool:
-    """Whether every cause of each group uses (in its reproducer's template) every construct each cause of the
-    other is keyed by: the merged cause is named after one of them, and its title and reproducer must be true
-    of every cell it holds (`|tojson` is no cause of a template without tojson)."""
-    return all(set(a.constructs) <= constructs[b.id] and set(b.constructs) <= constructs[a.id]
-               for a in group for b in other)
+def _named_truly(members: list, constructs: dict):
+    """The cause these merged causes would be reported as (the smallest reproducer, as below), if its title and
+    reproducer are true of every member's cells: every member's template uses each construct it is keyed by
+    (`|tojson` is no cause of a template without tojson). None otherwise."""
+    head = min(members, key=lambda c: (_size(c.found), c.id))
+    return head if all(set(head.constructs) <= constructs[c.id] for c in members) else None
 
 
 def _no_data(request: RenderRequest) -> RenderRequest:
@@ -636,9 +636,9 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
     """Causes that are one mechanism shown through different symptoms, merged, checked by rendering: two causes
     whose reproducers' data share a trigger (data_features) are one when one's template, given the other's
     data, still shows its own kind of difference, its difference needs data to show (its template given no
-    data does not differ so, _explains), and each uses the constructs the other is keyed by. A template that
-    differs whatever the data (a missing trim_blocks, a compile error) has no trigger and is never merged this
-    way: its key alone identifies it."""
+    data does not differ so, _explains), and the merged cause's name is true of all (_named_truly). A template
+    that differs whatever the data (a missing trim_blocks, a compile error) has no trigger and is never merged
+    this way: its key alone identifies it."""
     features = {cause.id: data_features(cause.found.request.conversation.to_dict()) for cause in causes}
     pairs = [(a, b) for i, a in enumerate(causes) for b in causes[i + 1:]
              if features[a.id] & features[b.id] and not a.found.ignores_template and not b.found.ignores_template]
@@ -671,7 +671,7 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
         if not (_explains(a, outcomes[2 * index], triggered) or _explains(b, outcomes[2 * index + 1], triggered)):
             continue
         ra, rb = root(a.id), root(b.id)
-        if ra != rb and _uses_each_others_constructs(component[ra], component[rb], constructs):
+        if ra != rb and _named_truly(component[ra] + component[rb], constructs) is not None:
             parent[rb] = ra
             component[ra] += component.pop(rb)
     merged: dict = {}
