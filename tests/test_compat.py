@@ -138,15 +138,17 @@ def test_the_code_scanning_workflow_example_passes_actionlint(tmp_path):
 
 
 def test_reduce_finds_a_cause_for_what_no_known_cause_explains(tmp_path, capsys):
-    """Qwen2.5's tool schemas through @huggingface/jinja: two float cells no known cause matches by mechanism;
-    --reduce (bounded) gives them a reduced cause with its reproducer, and then every differing cell has one."""
+    """Qwen2.5 through @huggingface/jinja with a baseline folder that knows no cause (an engine's first run):
+    --reduce (bounded) gives differing cells a reduced cause with its reproducer, never changing a verdict."""
     from conformance.corpus.manifest import load_corpus
 
     entry = load_corpus().get("qwen-qwen2.5-7b-instruct")
     path = tmp_path / "tokenizer_config.json"
     # other special tokens than the corpus copy's: the baseline's cells do not apply, only causes by mechanism
     path.write_text(json.dumps({"chat_template": entry.source(), "bos_token": "<s>", "eos_token": "</s>"}))
-    args = ["compat", str(path), "--engines", "hfjs", "--workers", "1", "--format", "json"]
+    (tmp_path / "no-baselines").mkdir()
+    args = ["compat", str(path), "--engines", "hfjs", "--workers", "1", "--format", "json",
+            "--expectations", str(tmp_path / "no-baselines")]
     assert main(args) == 1
     before = json.loads(capsys.readouterr().out)["templates"][0]["engines"][0]
     assert before["unexplained"] >= 1

