@@ -424,12 +424,14 @@ def carried_reasons(old: "Expectations", old_cells: dict, new_cells: dict) -> di
 
     Identity by mechanism merges causes the old baseline kept apart (and may split one), so ids change on a
     re-record; the cells do not. An old cause's reason goes to the new cause that holds most of its cells (ties:
-    the smaller id); a new cause that inherits from none this way takes the reason of the old cause that held
-    most of its own cells (a split). Only old causes with a reason count."""
+    the smaller id), and only there; an old cause whose id is still a cause keeps its reason by id alone, and
+    the cells it lost take none of it. An old cause that split was several mechanisms: its prose is known true
+    of one part at most, so the others wait for a reason of their own (a re-record after a false merge had
+    spread one reason over 32 unrelated causes). Only old causes with a reason count."""
     from collections import Counter
 
     moved: dict = {}        # old cause -> Counter(new cause -> cells)
-    held: dict = {}         # new cause -> Counter(old cause -> cells)
+    new_ids = {parse_value(v)[2] for cases in new_cells.values() for v in cases.values()}
     for template_id, cases in old_cells.items():
         for case_id, value in cases.items():
             before = parse_value(value)[2]
@@ -439,15 +441,12 @@ def carried_reasons(old: "Expectations", old_cells: dict, new_cells: dict) -> di
             if known is None or not known.reason or after is None:
                 continue
             moved.setdefault(before, Counter())[after] += 1
-            held.setdefault(after, Counter())[before] += 1
     heirs: dict = {}
     for before, counts in moved.items():
+        if before in new_ids:
+            continue  # the old cause is still there by id: its reason stays with its mechanism (by id)
         after, n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
         heirs.setdefault(after, Counter())[before] = n
-    for after, counts in held.items():
-        if after not in heirs:
-            before, n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-            heirs[after] = Counter({before: n})
     return {after: [c for c, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
             for after, counts in heirs.items()}
 
