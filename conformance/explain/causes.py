@@ -478,13 +478,19 @@ def _unexplained(result, reason: str) -> dict:
     return {"template": result.template_id, "case": result.case_id, "status": str(result.status), "reason": reason}
 
 
+def _paths(request: RenderRequest) -> list:
+    """What a reproducer's template reads, normalised against its own data (cluster.read_paths)."""
+    return cluster.read_paths(request.template, request.conversation.to_dict())
+
+
 def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
     """Stage cluster: the reproducers grouped by cause key (cluster.py) into Causes, each reported with its
     smallest reproducer and holding every cell of its groups."""
     by_key: dict = {}
     for group_key, repro in found.items():
         constructs = cluster.constructs_of(repro.template)
-        key = cluster.cause_key(repro.symptom, constructs, repro.reference, repro.engine, repro.ignores_template)
+        key = cluster.cause_key(repro.symptom, constructs, repro.reference, repro.engine, repro.ignores_template,
+                                _paths(repro.request))
         entry = by_key.setdefault(key, {"groups": [], "constructs": constructs})
         entry["groups"].append(group_key)
     causes = []
@@ -494,7 +500,7 @@ def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
         constructs = cluster.constructs_of(best.template)
         cause = Cause(id=cluster.cause_id(key), key=key,
                       title=cluster.title(best.symptom, constructs, best.reference, best.engine,
-                                          best.ignores_template),
+                                          best.ignores_template, _paths(best.request)),
                       constructs=cluster.culprits(constructs), all_constructs=constructs, symptom=best.symptom,
                       found=best, cached=all(g in cached_groups for g in entry["groups"]), candidates=candidates)
         for group_key in entry["groups"]:
@@ -534,7 +540,8 @@ def _confirm(causes: list, plan: Plan, found: dict, reference, engine, stats) ->
                                     ignores_template=repro.ignores_template)
                 cause.confirmed = True
                 constructs = cluster.constructs_of(repro.request.template)
-                cause.title = cluster.title(symptom, constructs, ref, eng, repro.ignores_template)
+                cause.title = cluster.title(symptom, constructs, ref, eng, repro.ignores_template,
+                                            _paths(repro.request))
                 confirmed.add(cause_id)
             elif pending[cause_id] + 1 < min(len(cause.candidates), 3):
                 still[cause_id] = pending[cause_id] + 1
@@ -609,23 +616,51 @@ def _explains(mine, pair, triggered: set) -> bool:
     return mine.id in triggered and _same_mechanism(mine, pair)
 
 
+def keyed_names(cause) -> set:
+    """What a cause is keyed and titled by: its culprit constructs, and the names in the data paths it reads
+    when it has none (cluster.reads_key: `messages[].thinking` -> messages, thinking)."""
+    names = set(cause.constructs)
+    for part in cause.key.partition("#")[0].split(","):
+        if part.startswith("reads:"):
+            names |= path_names(part[len("reads:"):])
+    return names
+
+
+def path_names(path: str) -> set:
+    return {part.replace("[]", "") for part in path.split(".")} - {"*", ""}
+
+
+def template_names(template: str) -> set:
+    """Every construct a template uses and every name in the paths it reads (un-normalised)."""
+    names = set(cluster.constructs_of(template))
+    for path in cluster.read_paths(template):
+        names |= path_names(path)
+    return names
+
+
 def _named_truly(members: list, constructs: dict):
-    """The cause these merged causes would be reported as (the smallest reproducer, as below), if its title and
-    reproducer are true of every member's cells: every member's template uses each construct it is keyed by
-    (`|tojson` is no cause of a template without tojson). None otherwise."""
-    head = min(members, key=lambda c: (_size(c.found), c.id))
-    return head if all(set(head.constructs) <= constructs[c.id] for c in members) else None
+    """The cause these merged causes would be reported as, if one can be named truly for every member's cells:
+    the smallest reproducer among the members keyed by names (keyed_names) that every member's template uses
+    (`|tojson` is no cause of a template without tojson; `message.thinking` printing nothing names the
+    `is defined` test of `message.thinking` too, not the reverse). None when no member can."""
+    fits = [c for c in members if all(keyed_names(c) <= constructs[m.id] for m in members)]
+    return min(fits, key=lambda c: (_size(c.found), c.id)) if fits else None
 
 
 def _no_data(request: RenderRequest) -> RenderRequest:
-    """The request's template with data that holds no trigger (data_features): one user message of no text,
+    """The request's template with data that holds no trigger (data_features): one user message of one letter,
     no tools, documents or kwargs. The flags stay as they were: an engine may render only one setting of them
     (TGI always adds the generation prompt) and skip the others."""
     conversation = request.conversation
     return RenderRequest(request.template, Conversation(
-        messages=[{"role": "user", "content": ""}], add_generation_prompt=conversation.add_generation_prompt,
+        messages=[{"role": "user", "content": "H"}], add_generation_prompt=conversation.add_generation_prompt,
         continue_final_message=conversation.continue_final_message, now=conversation.now),
         request.bos_token, request.eos_token, request.template_id, request.case_id)
+
+
+def _differs(pair) -> bool:
+    symptom = compare(*pair)
+    return symptom is None or symptom.differs
 
 
 def _answered(pair) -> bool:
@@ -654,10 +689,10 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
     batch.extend(_no_data(cause.found.request) for cause in involved)
     outcomes = render_pairs(reference, engine, batch, stats)
     plain = outcomes[2 * len(pairs):]
-    # Needs data to differ: given none, both sides answer and its kind of difference is gone (an engine that
-    # skips or errors on that request says nothing, and the cause is not merged by data).
-    triggered = {cause.id for cause, pair in zip(involved, plain)
-                 if _answered(pair) and not _same_mechanism(cause, pair)}
+    # Needs data to differ: given none, both sides answer alike (an engine that skips, errors or differs in any
+    # way on that request says nothing: SGLang's gateway refuses an empty message, which once made a `bos_token`
+    # cause look set off by data and take 26,128 cells of other causes).
+    triggered = {cause.id for cause, pair in zip(involved, plain) if _answered(pair) and not _differs(pair)}
     parent = {cause.id: cause.id for cause in causes}
 
     def root(cause_id: str) -> str:
@@ -665,7 +700,7 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
             cause_id = parent[cause_id]
         return cause_id
 
-    constructs = {cause.id: set(cluster.constructs_of(cause.found.request.template)) for cause in causes}
+    constructs = {cause.id: template_names(cause.found.request.template) for cause in causes}
     component = {cause.id: [cause] for cause in causes}   # root -> the causes merged into it so far
     for index, (a, b) in enumerate(pairs):
         if not (_explains(a, outcomes[2 * index], triggered) or _explains(b, outcomes[2 * index + 1], triggered)):
@@ -682,8 +717,8 @@ def _merge_by_mechanism(causes: list, found: dict, reference, engine, stats) -> 
         if len(members) == 1:
             out.append(members[0])
             continue
-        members.sort(key=lambda c: (_size(c.found), c.id))
-        head = members[0]
+        head = _named_truly(members, constructs)
+        members = [head] + sorted((c for c in members if c is not head), key=lambda c: (_size(c.found), c.id))
         for other in members[1:]:
             head.cells.extend(other.cells)
             for status, count in other.statuses.items():

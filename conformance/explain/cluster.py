@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Iterable
+from typing import Iterable, Optional
 
 from conformance.explain.signature import (
     Symptom,
@@ -66,6 +66,120 @@ def constructs_of(template: str) -> list:
     except Exception:  # a template that does not parse (the reference's compile error is the symptom)
         return []
     return [n for n in names if not n.startswith("var:")] + (["op:slice-step"] if stepped else [])
+
+
+def _path(node, scope: dict):
+    """The data path an expression reads (`messages.content`, `tools[].function`), loop and `set` names resolved
+    through `scope`; None when it reads none (a literal, an operator's result)."""
+    from jinja2 import nodes
+
+    if isinstance(node, nodes.Name):
+        return scope.get(node.name, node.name)
+    if isinstance(node, nodes.Getattr):
+        base = _path(node.node, scope)
+        return None if base is None else f"{base}.{node.attr}"
+    if isinstance(node, nodes.Getitem):
+        base = _path(node.node, scope)
+        if base is None:
+            return None
+        if isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+            return f"{base}.{node.arg.value}"
+        return base if base.endswith("[]") else base + "[]"
+    if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr):
+        # `x.get('k')` reads x.k; `x.items()`, `x.strip()` read x (the method is a construct of its own)
+        base = _path(node.node.node, scope)
+        if base is not None and node.node.attr == "get" and node.args and isinstance(node.args[0], nodes.Const):
+            return f"{base}.{node.args[0].value}"
+        return base
+    if isinstance(node, nodes.Filter) and node.node is not None:
+        return _path(node.node, scope)
+    return None
+
+
+def _data_keys(case: dict) -> set:
+    """Every mapping key the case's data holds (message, tool and kwarg keys, at any depth)."""
+    keys: set = set()
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                keys.add(str(key))
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for name in ("messages", "tools", "documents", "kwargs"):
+        walk(case.get(name))
+    return keys
+
+
+def read_paths(template: str, case: Optional[dict] = None) -> list:
+    """The data paths a template reads, normalised: loop and `set` names resolved to what they range over or
+    hold (`for m in messages` -> `messages[]`), indices and slices as `[]`, literals left out, and a key the
+    case's data holds written `*` (which key holds the value is the data's: one bug reached through `content`
+    or `name` is one bug), while a name the data lacks is kept (`thinking`, `bos_token`: the template asks the
+    engine for it). `"k" in x` reads x.k. Only the longest paths are kept; [] when the template does not parse."""
+    from jinja2 import nodes
+
+    from conformance.explain.template import _env
+
+    try:
+        tree = _env().parse(template)
+    except Exception:
+        return []
+    scope: dict = {}
+    found: set = set()
+
+    def bind(target, path) -> None:
+        if isinstance(target, nodes.Name):
+            scope[target.name] = path
+        elif isinstance(target, nodes.Tuple):
+            for item in target.items:
+                bind(item, path)
+
+    def visit(node) -> None:
+        if isinstance(node, nodes.For):
+            visit(node.iter)
+            base = _path(node.iter, scope)
+            if base is not None:
+                bind(node.target, base if base.endswith("[]") else base + "[]")
+            for child in node.body + node.else_ + ([node.test] if node.test is not None else []):
+                visit(child)
+            return
+        if isinstance(node, nodes.Assign):
+            visit(node.node)
+            base = _path(node.node, scope)
+            if base is not None:
+                bind(node.target, base)
+            return
+        if isinstance(node, nodes.Compare) and len(node.ops) == 1 and node.ops[0].op in ("in", "notin") \
+                and isinstance(node.expr, nodes.Const) and isinstance(node.expr.value, str):
+            base = _path(node.ops[0].expr, scope)
+            if base is not None:
+                found.add(f"{base}.{node.expr.value}")
+        if isinstance(node, (nodes.Name, nodes.Getattr, nodes.Getitem, nodes.Call)):
+            path = _path(node, scope)
+            if path is not None and not (isinstance(node, nodes.Name) and node.ctx != "load"):
+                found.add(path)
+        if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr):
+            # a method's name is no path (`x.get`): visit what it is called on and its arguments
+            for child in [node.node.node] + list(node.args) + [kw.value for kw in node.kwargs]:
+                visit(child)
+            return
+        for child in node.iter_child_nodes():
+            visit(child)
+
+    visit(tree)
+    keys = _data_keys(case or {})
+    out = set()
+    for path in found:
+        root, *rest = re.split(r"\.", path)
+        parts = [root] + [("*" + ("[]" if part.endswith("[]") else "")) if part.rstrip("[]") in keys else part
+                          for part in rest]
+        out.add(".".join(parts))
+    return sorted(p for p in out if not any(o != p and (o.startswith(p + ".") or o.startswith(p + "["))
+                                            for o in out))
 
 
 def culprits(constructs: Iterable[str]) -> list:
@@ -121,11 +235,27 @@ def _whitespace_direction(pairs: list) -> str:
     return "changes"
 
 
+def reads_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
+              paths: Optional[list], ignores_template: bool = False) -> list:
+    """The data paths (read_paths) a key and title name a reproducer by: those of a reproducer that differs in
+    text (not whitespace) through no construct of its own, where the difference alone ("prints nothing") would
+    put every such bug under one id (a token left unbound and a reasoning field not aliased both print
+    nothing); [] otherwise."""
+    if ignores_template or not paths or culprits(constructs) or symptom.status != Status.DIVERGED:
+        return []
+    return [] if difference_class(reference.text, engine.text) == "whitespace" else list(paths)
+
+
 def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
-              ignores_template: bool = False) -> str:
+              ignores_template: bool = False, paths: Optional[list] = None) -> str:
     """The clustering key of a reduced reproducer. An engine that ignores the template (it renders the case
-    the same with an empty one) is keyed by that and the kind of difference, not by the template's constructs."""
+    the same with an empty one) is keyed by that and the kind of difference, not by the template's constructs.
+    A reproducer with no construct of its own that differs in text is keyed by what it reads (`paths`, see
+    reads_key) and the difference: the difference alone is never an identity."""
     found = culprits(constructs)
+    reads = reads_key(symptom, constructs, reference, engine, paths, ignores_template)
+    if reads:
+        found = ["reads:" + path for path in reads]
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY) and \
             "raise_exception" not in symptom.refusal:
         # The engine refuses for a reason of its own; a `raise_exception()` the reproducer keeps only makes the
@@ -147,7 +277,7 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
                 # which whitespace, once per run: a missing trim_blocks (newlines) is not a missing
                 # lstrip_blocks (indentation); a construct's whitespace is the construct's, whichever it is
                 kind += "|" + "|".join(sorted({f"{shape(d)}>{shape(i)}" for d, i in pairs}))
-        elif names and cls in ("omits", "adds", "text", "nothing"):
+        elif names and not reads and cls in ("omits", "adds", "text", "nothing"):
             # A construct that misbehaves is one behaviour whatever text the template around it prints: its
             # reproducer's literals are the template's, not the engine's (loop.last printing one more `<`
             # and one fewer `\n` is one bug).
@@ -220,10 +350,14 @@ def _quote(text: str, limit: int = 24) -> str:
 
 
 def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
-          ignores_template: bool = False) -> str:
-    """A short generated title: what the reduced reproducer uses, and how the engine differs on it."""
+          ignores_template: bool = False, paths: Optional[list] = None) -> str:
+    """A short generated title: what the reduced reproducer uses (or, with no construct of its own, what it
+    reads: reads_key), and how the engine differs on it."""
     names = [] if ignores_template else culprits(constructs)
+    reads = reads_key(symptom, constructs, reference, engine, paths, ignores_template)
     who = "the engine ignores the template" if ignores_template else subject(names)
+    if reads:
+        who = ", ".join(f"`{path}`" for path in reads[:3]) + (" ..." if len(reads) > 3 else "")
     if ignores_template:
         names = ["(ignores the template)"]
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):

@@ -1,0 +1,99 @@
+"""A cause's identity is its mechanism, never its symptom's shape alone (conformance/explain/cluster.py,
+cause_key and read_paths), checked on pairs rendered by the reference and an HF-faithful jinja2 harness with
+bugs planted (tests/harnesses/buggy_jinja2.py):
+
+- eos-token-unbound: `{{ eos_token }}` prints nothing;
+- generation-prompt-ignored: `{% if add_generation_prompt %}X{% endif %}` prints nothing;
+- null-keys-kept: a message key whose value is null reaches the template as none (prints `None`).
+
+The first two are unrelated bugs with one symptom ("prints nothing") and no construct of their own: keyed by the
+difference alone they shared one id (as a `bos_token` cause and MiniJinja's missing `thinking` alias did). One
+bug shown with other data, or through another key of the data, keeps one id.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance.explain import cluster
+from conformance.explain.driver import render_pairs
+from conformance.explain.signature import compare
+from runners import get_runner
+from runners.base import Conversation, RenderRequest
+
+HARNESS = Path(__file__).parent / "harnesses" / "buggy_jinja2.py"
+BUGS = ("eos-token-unbound", "generation-prompt-ignored", "null-keys-kept")
+
+
+@pytest.fixture(scope="module")
+def runners():
+    argv = [sys.executable, str(HARNESS)] + [arg for bug in BUGS for arg in ("--bug", bug)]
+    engine = get_runner("command:" + shlex.join(argv), workers=1, timeout=20)
+    reference = get_runner("hf", workers=1)
+    yield reference, engine
+    engine.close()
+    reference.close()
+
+
+def _ids(runners, reproducers: dict) -> dict:
+    """name -> (cause id, title) of a reproducer (template, messages, extra conversation fields) rendered."""
+    reference, engine = runners
+    requests = {}
+    for name, (template, messages, extra) in reproducers.items():
+        conversation = Conversation(messages=messages, add_generation_prompt=True, **extra)
+        requests[name] = RenderRequest(template, conversation, "<s>", "</s>", f"t-{name}", "c")
+    pairs = render_pairs(reference, engine, list(requests.values()))
+    out = {}
+    for (name, request), (ref, eng) in zip(requests.items(), pairs):
+        symptom = compare(ref, eng)
+        assert symptom is not None and symptom.differs, (name, ref, eng)
+        constructs = cluster.constructs_of(request.template)
+        paths = cluster.read_paths(request.template, request.conversation.to_dict())
+        key = cluster.cause_key(symptom, constructs, ref, eng, paths=paths)
+        out[name] = (cluster.cause_id(key), cluster.title(symptom, constructs, ref, eng, paths=paths))
+    return out
+
+
+def test_unrelated_bugs_that_print_nothing_are_two_causes(runners):
+    hi = [{"role": "user", "content": "hi"}]
+    ids = _ids(runners, {
+        "eos": ("{{ eos_token }}", hi, {}),
+        "prompt": ("{% if add_generation_prompt %}X{% endif %}", hi, {}),
+    })
+    # both print nothing where the reference prints something, and neither uses a construct of its own
+    assert ids["eos"][0] != ids["prompt"][0]
+    assert ids["eos"][1] == "`eos_token`: prints nothing"
+    assert ids["prompt"][1] == "`add_generation_prompt`: prints nothing"
+
+
+def test_one_bug_in_other_data_is_one_cause(runners):
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
+    ids = _ids(runners, {
+        "eos": ("{{ eos_token }}", [{"role": "user", "content": "hi"}], {}),
+        "eos-more-data": ("{{ eos_token }}", [{"role": "system", "content": "S"}, {"role": "user", "content": "x"},
+                                              {"role": "assistant", "content": "y"}], {"tools": tools}),
+        # a null key kept, whichever key holds the null and however the template reaches it
+        "null-name": ("{{ messages[0].name }}", [{"role": "user", "content": "hi", "name": None}], {}),
+        "null-id": ("{% for m in messages %}{{ m['tool_call_id'] }}{% endfor %}",
+                    [{"role": "tool", "content": "r", "tool_call_id": None}], {}),
+    })
+    assert ids["eos"] == ids["eos-more-data"]
+    assert ids["null-name"][0] == ids["null-id"][0]
+    assert ids["null-name"][0] != ids["eos"][0]
+
+
+def test_read_paths_normalise_names_literals_and_paths():
+    data = {"messages": [{"role": "user", "content": None, "reasoning_content": "r"}]}
+    same = {cluster.read_paths(t, data)[0] for t in (
+        "{{ messages[0].content }}", "{{ messages[1]['content'] }}", "{% set m = messages[0] %}{{ m.content }}",
+        "{% for message in messages %}{{ message.content }}{% endfor %}",
+        "{% for message in messages %}{{ message.get('content') }}{% endfor %}",
+        "{% for message in messages %}{{ message.role }}{% endfor %}")}
+    assert same == {"messages[].*"}   # keys the data holds are the data's
+    # a name the data lacks is what the template asks the engine for
+    assert cluster.read_paths("{% for m in messages %}{% if 'thinking' in m %}{% endif %}{% endfor %}", data) == \
+        ["messages[].thinking"]
+    assert cluster.read_paths("{{ bos_token }}{{ 'x' ~ 1 }}", data) == ["bos_token"]
