@@ -97,3 +97,24 @@ def test_read_paths_normalise_names_literals_and_paths():
     assert cluster.read_paths("{% for m in messages %}{% if 'thinking' in m %}{% endif %}{% endfor %}", data) == \
         ["messages[].thinking"]
     assert cluster.read_paths("{{ bos_token }}{{ 'x' ~ 1 }}", data) == ["bos_token"]
+
+
+def test_a_construct_refusing_each_argument_it_lacks_is_one_cause():
+    """MiniJinja's `tojson` takes only `indent`: `ensure_ascii=`, `separators=` and `sort_keys=` are refused
+    alike, whatever the data (they were two causes); with no construct of its own, the name a refusal quotes
+    stays in the key."""
+    engine, reference = get_runner("minijinja", workers=1), get_runner("hf", workers=1)
+    try:
+        tools = [{"type": "function", "function": {"name": "f", "description": "a'<b", "parameters": {}}}]
+        requests = [RenderRequest(f"{{{{ tools|tojson({argument}) }}}}", Conversation(
+            messages=[{"role": "user", "content": "H"}], tools=tools, add_generation_prompt=True), None, None,
+            "t", "c") for argument in ("ensure_ascii=false", "separators=(',', ':')", "sort_keys=true")]
+        keys = set()
+        for request, (ref, eng) in zip(requests, render_pairs(reference, engine, requests)):
+            symptom = compare(ref, eng)
+            assert symptom is not None and str(symptom.status) == "engine-raised", (ref, eng)
+            keys.add(cluster.cause_key(symptom, cluster.constructs_of(request.template), ref, eng))
+        assert len(keys) == 1, keys
+    finally:
+        engine.close()
+        reference.close()

@@ -194,6 +194,7 @@ def _ws(text: str) -> bool:
 
 _ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|&#?\w+;")
 _TOKEN = re.compile(r"<\|?[\w.-]+\|?>")
+_QUOTED = re.compile(r"'[^'\n]{1,60}'")
 
 
 def _escapes(deleted: str, inserted: str) -> bool:
@@ -263,7 +264,10 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         found = [name for name in found if name != "global:raise_exception"]
     names = "(ignores the template)" if ignores_template else ",".join(found)
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
-        kind = "refuses|" + symptom.refusal
+        # A construct's refusal naming the template's own argument or name in quotes is one refusal whichever
+        # it names: MiniJinja's `tojson` rejects `ensure_ascii=`, `separators=` and `sort_keys=` alike (it
+        # takes only `indent`), checked by rendering each. With no construct, the quoted name is the identity.
+        kind = "refuses|" + (_QUOTED.sub("'…'", symptom.refusal) if found else symptom.refusal)
     elif symptom.status == Status.ENGINE_RENDERED:
         kind = "renders|" + symptom.refusal
     elif ignores_template:
