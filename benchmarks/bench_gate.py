@@ -1,14 +1,22 @@
 """The conformance gate's wall time, measured by running it: `pytest --pyargs conformance.gate` with every runner.
 
     python benchmarks/bench_gate.py [--set llamacpp|full] [--scenarios cold,warm,one-change] [--shards N]
-                                    [--out gate.json]
+                                    [--store DIR] [--out gate.json]
+
+The issue's targets, one run on one (warm) store:
+    python benchmarks/bench_gate.py --store ~/.cache/chatgold/results --scenarios warm,warm-full,one-change
 
 --set llamacpp: the templates llama.cpp ships (its models/templates and vocab GGUFs) x all cases x all
 runners. --set full: the whole corpus. Scenarios run one after another on one result store (a fresh temporary
 one, so the first run is really cold): cold (empty store: every cell rendered), warm (nothing changed: every
 outcome from the store), one-change (one template's bytes changed, as a pull request would: its cells are
 rendered by every runner, the rest come from the store; the change is a leading Jinja comment, so the goldens
-still hold), verify (warm, but --chatgold-verify-reference: the reference renders every golden again).
+still hold), verify (warm, but --chatgold-verify-reference: the reference renders every golden again),
+warm-full (warm, the whole corpus whatever --set says: the full gate as CI runs it), reconfirm (warm, but
+--chatgold-reconfirm-causes: every known cause's reproducer rendered again, as the scheduled run does).
+Every run writes the gate's per-stage wall and CPU seconds (--chatgold-timings: render, judge, tokens, explain,
+properties, capabilities, agreement, report; CPU of the gate's own threads) beside the per-process CPU;
+--no-stage-timings leaves the option out (a checkout older than it).
 --shards N runs the N shards (`--chatgold-shard I/N`) one after another and reports each: on an N-machine CI
 matrix the gate takes the slowest shard's time. The per-process CPU of the run comes from /proc (the gate and
 every engine it starts), so the report says where the time went; the machine's load average is recorded
@@ -35,9 +43,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# As tox.ini's conformance environment lists them.
-RUNNERS = ["evaluator", "llamacpp", "llamacpp-builtin", "minijinja", "hfjs", "tgi", "mistralrs", "llama-cpp-python", "ferrox",
-           "chatml-builtin", "paperkiln"]
+def _tox_runners() -> list:
+    """The runners tox.ini's conformance environment checks (the gate as CI runs it), in its order."""
+    text = (ROOT / "tox.ini").read_text(encoding="utf-8")
+    section = text.split("[testenv:conformance]", 1)[1].split("\n[", 1)[0]
+    return re.findall(r"--chatgold-runner\s+(\S+)", section)
+
+
+RUNNERS = _tox_runners()
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -113,7 +126,8 @@ class CpuSampler:
 STORE_LINE = re.compile(r"chatgold: result store .*?: (\d+) cells reused, (\d+) rendered")
 
 
-def run_gate(selection: list, report_dir: Path, env_extra: Optional[dict] = None, extra: tuple = ()) -> dict:
+def run_gate(selection: list, report_dir: Path, env_extra: Optional[dict] = None, extra: tuple = (),
+             timings: bool = True) -> dict:
     # As tox.ini's conformance environment runs it.
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:schemathesis", "-p",
             "no:hypothesispytest", "-p", "no:xdist", "-p", "no:logging", "--assert=plain", "-q", "--pyargs",
@@ -122,6 +136,9 @@ def run_gate(selection: list, report_dir: Path, env_extra: Optional[dict] = None
     for runner in RUNNERS:
         argv += ["--chatgold-runner", runner]
     argv += selection + list(extra)
+    timings_file = report_dir.parent / f"{report_dir.name}.timings.json"
+    if timings:
+        argv += ["--chatgold-timings", str(timings_file)]
     env = {**os.environ, "CHATGOLD_ROOT": str(ROOT), **(env_extra or {})}  # env_extra may move the root
     load = os.getloadavg()[0]
     started = time.perf_counter()
@@ -135,11 +152,42 @@ def run_gate(selection: list, report_dir: Path, env_extra: Optional[dict] = None
     wall = time.perf_counter() - started
     lines = output.strip().splitlines()
     store = STORE_LINE.search(output)
+    stages = json.loads(timings_file.read_text()) if timings and timings_file.exists() else None
     return {"wall_seconds": round(wall, 1), "exit_code": code, "pytest": lines[-1] if lines else "",
             "cpu_seconds": cpu, "cpu_total": round(sum(cpu.values()), 1),
             "cells_reused": int(store.group(1)) if store else None,
             "cells_rendered": int(store.group(2)) if store else None,
-            "load_average": [round(load, 2), round(os.getloadavg()[0], 2)]}
+            "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],
+            **({"session": stages["session"], "stages": stages["by_stage"]} if stages else {})}
+
+
+# The issue's targets (wall seconds): warm llama.cpp set, warm full gate, one change beyond warm.
+TARGETS = {"warm": 10.0, "warm-full": 60.0, "one-change": 30.0}
+
+
+def judge_targets(by_scenario: dict, loads: dict) -> dict:
+    """Each target met or not. A figure over its target on a loaded machine (load average above the CPU count
+    at its start or end) is inconclusive, never a pass: other work only stretches wall time."""
+    verdicts = {}
+    cpus = os.cpu_count() or 1
+    for scenario, target in TARGETS.items():
+        if scenario not in by_scenario:
+            continue
+        figure = by_scenario[scenario]
+        if scenario == "one-change":
+            if "warm" not in by_scenario:
+                continue
+            figure = round(figure - by_scenario["warm"], 1)
+        load = max(loads.get(scenario, [0.0]))
+        if figure <= target:
+            verdict = "met"
+        elif load > cpus:
+            verdict = f"not met on a loaded machine (load {load}): inconclusive"
+        else:
+            verdict = "not met"
+        verdicts[scenario] = {"seconds": figure, "target": target, "load_average": loads.get(scenario),
+                              "verdict": verdict}
+    return verdicts
 
 
 def llamacpp_selection() -> tuple:
@@ -179,6 +227,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shards", type=int, default=1, help="run the N shards one after another")
     parser.add_argument("--store", help="the result store to use (default: a fresh temporary one)")
     parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--no-stage-timings", action="store_true",
+                        help="do not ask the gate for its per-stage timings (a checkout without the option)")
     args = parser.parse_args(argv)
 
     from conformance.corpus.cases import load_cases
@@ -192,7 +242,7 @@ def main(argv=None) -> int:
         count, selection = len(corpus.entries), []
         template_ids = [e.id for e in corpus.entries]
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    unknown = set(scenarios) - {"cold", "warm", "one-change", "verify"}
+    unknown = set(scenarios) - {"cold", "warm", "one-change", "verify", "warm-full", "reconfirm"}
     if unknown:
         parser.error(f"unknown scenario(s): {', '.join(sorted(unknown))}")
     runs = []
@@ -207,22 +257,28 @@ def main(argv=None) -> int:
                 note = f"changed {changed}"
             if scenario == "verify":
                 extra.append("--chatgold-verify-reference")
+            if scenario == "reconfirm":
+                extra.append("--chatgold-reconfirm-causes")
+            chosen = [] if scenario == "warm-full" else selection
             for index in range(1, args.shards + 1):
                 shard = ["--chatgold-shard", f"{index}/{args.shards}"] if args.shards > 1 else []
-                result = run_gate(selection + shard, tmp / f"{scenario}-{index}", extra_env, tuple(extra))
+                result = run_gate(chosen + shard, tmp / f"{scenario}-{index}", extra_env, tuple(extra),
+                                  timings=not args.no_stage_timings)
                 result.update(scenario=scenario, shard=f"{index}/{args.shards}")
                 if note:
                     result["note"] = note
                 runs.append(result)
                 print(f"{scenario} shard {index}/{args.shards}: {result['wall_seconds']} s, {result['cpu_total']} CPU-s, "
-                      f"{result['cells_reused']} reused / {result['cells_rendered']} rendered, {result['pytest']}",
-                      file=sys.stderr)
-    by_scenario = {}
+                      f"{result['cells_reused']} reused / {result['cells_rendered']} rendered, {result['pytest']}, "
+                      f"load {result['load_average']}", file=sys.stderr)
+    by_scenario, loads = {}, {}
     for run in runs:
         by_scenario[run["scenario"]] = max(by_scenario.get(run["scenario"], 0.0), run["wall_seconds"])
+        loads.setdefault(run["scenario"], []).extend(run["load_average"])
     out = {"set": args.set, "templates": count, "cases": len(load_cases()), "runners": RUNNERS,
            "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
-           "shards": args.shards, "runs": runs, "slowest_shard_seconds": by_scenario}
+           "shards": args.shards, "runs": runs, "slowest_shard_seconds": by_scenario,
+           "targets": judge_targets(by_scenario, loads)}
     print(json.dumps(out, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -33,6 +33,7 @@ from conformance.judge.pipeline import (
     requests_by_cell,
 )
 from conformance.render.stage import render, runner_info
+from conformance.timings import timed
 
 STAGES = ("select", "render", "judge", "tokens", "explain", "verdict", "attribute", "report")
 
@@ -58,6 +59,10 @@ class ExplainOptions:
     progress: Optional[Callable[[str], Progress]] = None   # spec -> progress callback
     log: Optional[Callable[[str], None]] = None
     report: Optional[Callable[[object], None]] = None        # called with each runner's explanation
+    # Render every known cause's reproducer again (scheduled runs). Otherwise a cause is re-rendered when a cell
+    # it covers changed outcome, and its reproducer's outcomes are read from the run's result store, which
+    # renders them again when a runner's identity changed.
+    reconfirm: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class CheckRun:
     reference: Optional[Callable[[], object]] = None
     render_slot: Optional[object] = None
     explain_lock: Optional[object] = None
+    times: Optional[object] = None  # conformance.timings.StageTimes: per-stage wall/CPU for benchmarks
     _reference: object = field(default=None, init=False, repr=False)
     _lock: object = field(default_factory=threading.Lock, init=False, repr=False)
 
@@ -121,7 +127,7 @@ class CheckRun:
     def outcomes(self, runner, progress: Progress = None, refresh: Optional[bool] = None) -> list:
         """Stage render alone: every cell's outcome, in order (the gate's reference). `refresh` overrides the
         run's for this runner."""
-        with self.render_slot or nullcontext():
+        with self.render_slot or nullcontext(), timed(self.times, "render", _who(runner)):
             return render(runner, self.cells, progress, self.store, self.refresh if refresh is None else refresh)
 
     def check(self, runner, spec: Optional[str] = None, progress: Progress = None,
@@ -140,10 +146,11 @@ class CheckRun:
         if expectations is None:  # a command: harness is never held against a baseline the suite ships
             directory = baseline_directory(getattr(runner, "suite_baseline", True), self.expectations_dir)
             expectations = load_expectations(name, directory)
-        results = judge_outcomes(info, self.cells, outcomes, self.judge, expectations)
+        with timed(self.times, "judge", name):
+            results = judge_outcomes(info, self.cells, outcomes, self.judge, expectations)
         if self.tokens and self.goldens is not None:
-            with self.render_slot or nullcontext():
-                add_token_parity(runner, self.cells, results, self.goldens)
+            with self.render_slot or nullcontext(), timed(self.times, "tokens", name):
+                add_token_parity(runner, self.cells, results, self.goldens, self.store, self.refresh)
         return results
 
     def _explain(self, results: RunnerResults, runner, spec: Optional[str], only: Optional[set]) -> None:
@@ -159,7 +166,7 @@ class CheckRun:
                   "progress": options.progress(spec or results.name) if options.progress else None}
         if options.budget:
             common["budget"] = options.budget
-        with self.explain_lock or nullcontext():
+        with self.explain_lock or nullcontext(), timed(self.times, "explain", spec or results.name):
             reference = self._reference_runner()
             if options.scope == "all":
                 from conformance.explain.causes import explain
@@ -172,7 +179,8 @@ class CheckRun:
 
                 explanation = explain_with_baseline(results, runner, reference, self.requests, only=only,
                                                     everything=options.everything, explain_bare=options.bare,
-                                                    **common)
+                                                    store=self.store,
+                                                    reconfirm=options.reconfirm or self.refresh, **common)
         results.explanation = explanation
         if options.report is not None:
             options.report(explanation)
@@ -255,12 +263,18 @@ class CheckRun:
         audit. Returns (report, paths written)."""
         from conformance.report import build_report, write_outputs
 
-        self.attribute_results([r for run in runs for r in run.results])
+        with timed(self.times, "report:attribute"):
+            self.attribute_results([r for run in runs for r in run.results])
         sections = dict(extra_sections or {})
         if analysis:
-            sections.update(analysis_sections(selection, properties, self.goldens))
-        report = build_report(runs, selection.describe(), selection.metadata(), agreement, extra_sections=sections)
-        paths = write_outputs(report, outputs.json, outputs.junit, outputs.markdown, outputs.badges, outputs.html)
+            with timed(self.times, "report:analysis"):
+                sections.update(analysis_sections(selection, properties, self.goldens))
+        with timed(self.times, "report:build"):
+            report = build_report(runs, selection.describe(), selection.metadata(), agreement,
+                                  extra_sections=sections)
+        with timed(self.times, "report:write"):
+            paths = write_outputs(report, outputs.json, outputs.junit, outputs.markdown, outputs.badges,
+                                  outputs.html)
         return report, paths
 
     def close(self) -> None:
@@ -274,6 +288,10 @@ class CheckRun:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _who(runner) -> str:
+    return str(getattr(runner, "name", "runner"))
 
 
 def analysis_sections(selection, properties: Optional[dict] = None, goldens=None) -> dict:

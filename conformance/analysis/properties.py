@@ -980,13 +980,16 @@ def check_reference(template_id: str, out: dict) -> None:
 
 def compute_properties(templates: Iterable, runner, cases: Optional[list] = None, chunk: int = 16,
                        progress: Optional[Callable[[int, int], None]] = None,
-                       each: Optional[Callable[[object, str, list, dict, dict], None]] = None) -> tuple[dict, list]:
+                       each: Optional[Callable[[object, str, list, dict, dict], None]] = None,
+                       repeat=None) -> tuple[dict, list]:
     """template id -> property record, plus failures [(template id, message)].
 
     `templates` are corpus entries (or anything with id, source(), bos_token, eos_token); renders go through
     `runner.render_many` a few templates at a time, so memory stays bounded on the whole corpus. `each(entry,
     source, cases, renders, record)` sees every template's renders before they are dropped (lint's finding
-    classes, analysis/findings.py)."""
+    classes, analysis/findings.py). `repeat`: the runner for the determinism check's second render (`again`)
+    when `runner` answers from a result store (render/store.CachedRunner), which would hand back the first
+    render's bytes; the repeat must really render again (default: `runner`)."""
     from conformance.corpus.cases import load_cases
 
     templates = list(templates)
@@ -998,7 +1001,14 @@ def compute_properties(templates: Iterable, runner, cases: Optional[list] = None
         for entry in batch:
             source = entry.source()
             keyed.append((entry, source, property_requests(source, entry.bos_token, entry.eos_token, cases, entry.id)))
-        outcomes = iter(runner.render_many([request for _, _, pairs in keyed for _, request in pairs]))
+        pairs_all = [(key, request) for _, _, pairs in keyed for key, request in pairs]
+        if repeat is None:
+            outcomes = iter(runner.render_many([request for _, request in pairs_all]))
+        else:
+            again = [key[0] == "again" for key, _ in pairs_all]
+            rest = iter(runner.render_many([r for (_, r), a in zip(pairs_all, again) if not a]))
+            repeated = iter(repeat.render_many([r for (_, r), a in zip(pairs_all, again) if a]))
+            outcomes = iter([next(repeated) if a else next(rest) for a in again])
         for entry, source, pairs in keyed:
             out = {key: next(outcomes) for key, _ in pairs}
             try:

@@ -42,8 +42,12 @@ def _recorded_symptom(cause: Cause):
     return recorded if recorded is not None and recorded.differs else _symptom_from_dict(cause.symptom)
 
 
-def check_known_causes(known: list, engine, reference) -> dict:
-    """cause id -> Found (its reproducer still differs as recorded) or a reason (it does not)."""
+def check_known_causes(known: list, engine, reference, store=None, render_again: Optional[set] = None) -> dict:
+    """cause id -> Found (its reproducer still differs as recorded) or a reason (it does not).
+
+    With a result store, a reproducer's outcomes are read from it (under each runner's identity, so a changed
+    engine or reference renders it again) except for the causes in `render_again` (None: all), which render
+    afresh; every outcome rendered is stored."""
     requests, owners, answers = [], [], {}
     for cause in known:
         request = _repro_request(cause.repro or {})
@@ -52,7 +56,21 @@ def check_known_causes(known: list, engine, reference) -> dict:
             continue
         requests.append(request)
         owners.append(cause)
-    for cause, request, (ref, eng) in zip(owners, requests, render_pairs(reference, engine, requests)):
+    if store is None:
+        pairs = render_pairs(reference, engine, requests)
+    else:
+        from conformance.render.store import CachedRunner
+
+        again = [render_again is None or cause.id in render_again for cause in owners]
+        pairs: list = [None] * len(requests)
+        for flag in (True, False):
+            indices = [i for i, a in enumerate(again) if a is flag]
+            if indices:
+                done = render_pairs(CachedRunner(reference, store, refresh=flag),
+                                    CachedRunner(engine, store, refresh=flag), [requests[i] for i in indices])
+                for i, pair in zip(indices, done):
+                    pairs[i] = pair
+    for cause, request, (ref, eng) in zip(owners, requests, pairs):
         target = _recorded_symptom(cause)
         symptom = compare(ref, eng)
         if symptom is not None and symptom.keeps(target):
@@ -63,26 +81,41 @@ def check_known_causes(known: list, engine, reference) -> dict:
     return answers
 
 
+def _as_recorded(result, expectation) -> bool:
+    """Whether a cell's outcome is the one its baseline recorded (same status, and same output where both
+    have a fingerprint)."""
+    if expectation.status != result.status:
+        return False
+    current = result.fingerprint
+    return not (expectation.fingerprint and current and expectation.fingerprint != current)
+
+
 def explain_with_baseline(run, engine, reference, requests: dict, cache=None, families=None, budget=None,
                           engine_builtin: bool = False, progress=None, everything: bool = False,
                           max_groups=None, explain_bare: bool = False, goldens=None,
-                          only: Optional[set] = None) -> Explanation:
+                          only: Optional[set] = None, store=None, reconfirm: bool = True) -> Explanation:
     """Explain a run's non-matching cells against its baseline (run.expectations) and give every cell its
     cause (the verdict stage then holds it against the baseline). `everything`: explain every non-matching
     cell afresh (no fast path); `explain_bare`: explain the cells the baseline knows without a cause too
-    (recording a baseline); `only`: the cells to look at (default: all)."""
+    (recording a baseline); `only`: the cells to look at (default: all). `store` (a result store) with
+    `reconfirm` False: a known cause's reproducer is rendered again only when a cell it covers changed (is not
+    known as it is) or a runner's identity changed (the store then has no outcome for it); otherwise both sides'
+    outcomes come from the store."""
     started = time.perf_counter()
     baseline = run.expectations
     fast: dict = {}     # (template, case) -> known cause id
     known_bare = []     # cells the baseline knows as they are, without a cause
     need: set = set()
     touched: set = set()
+    changed: set = set()  # known causes with a cell that is not as the baseline knows it
     for result in run.results:
         if only is not None and result.key not in only:
             continue
         expectation = baseline.get(result.template_id, result.case_id)
         if expectation is not None and expectation.cause:
             touched.add(expectation.cause)
+            if not _as_recorded(result, expectation):
+                changed.add(expectation.cause)
         if result.status in NO_ANSWER:
             need.add(result.key)  # no cause to know it by: explain() lists it unexplained, with its message
             continue
@@ -105,7 +138,7 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
         options["budget"] = budget
     fresh = explain(run, engine, reference, requests, only=need, **options)
     checked = check_known_causes([baseline.causes[c] for c in sorted(touched) if c in baseline.causes],
-                                 engine, reference)
+                                 engine, reference, store, None if reconfirm else changed)
     figure = run.figure()
     causes: dict = {cause.id: cause for cause in fresh.causes}
     unexplained = list(fresh.unexplained) + known_bare

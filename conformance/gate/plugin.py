@@ -40,6 +40,12 @@ def pytest_addoption(parser):
     group.addoption("--chatgold-verify-reference", action="store_true", default=False,
                     help="re-render every golden (and capability probe) through the reference even when the "
                          "result store holds it for the same transformers, jinja2, template and case")
+    group.addoption("--chatgold-reconfirm-causes", action="store_true", default=False,
+                    help="render every known cause's reproducer again on both sides (by default a cause is "
+                         "re-confirmed when a cell it covers changed outcome or a runner's identity changed; "
+                         "otherwise its reproducer's outcomes come from the result store)")
+    group.addoption("--chatgold-timings", default=None, metavar="FILE",
+                    help="write the session's per-stage wall and CPU seconds (JSON) to FILE, for benchmarks")
 
 
 def select(config):
@@ -130,6 +136,9 @@ class GateSession:
         self._runners: dict = {}  # (spec, role) -> runner
         self._agreement_spec: Optional[str] = None
         self._explain_lock = threading.Lock()
+        from conformance.timings import StageTimes
+
+        self.times = StageTimes() if config.getoption("--chatgold-timings") else None
 
     @property
     def cells(self) -> list:
@@ -147,13 +156,14 @@ class GateSession:
                 from conformance.checkrun import CheckRun, ExplainOptions
 
                 opt = self.config.getoption
-                explain = None if opt("--chatgold-no-explain") else ExplainOptions()
+                explain = None if opt("--chatgold-no-explain") else ExplainOptions(
+                    reconfirm=bool(opt("--chatgold-reconfirm-causes")))
                 self._check = CheckRun(
                     cells, goldens=self.goldens, store=self.store, refresh=self.no_cache,
                     tokens=bool(opt("--chatgold-report")),  # token parity is shown by the report, not gated
                     explain=explain, attribute=True, families={t.id: t.family for t in self.templates},
                     reference=lambda: self.runner(REFERENCE_RUNNER, role="explain"),
-                    render_slot=self._slots, explain_lock=self._explain_lock)
+                    render_slot=self._slots, explain_lock=self._explain_lock, times=self.times)
             return self._check
 
     def requests(self) -> dict:
@@ -196,8 +206,11 @@ class GateSession:
             runner = self.cached(REFERENCE_RUNNER, self.runner(REFERENCE_RUNNER, role=CAPABILITIES_JOB, workers=1))
             work = lambda: self._run_capabilities(runner)  # noqa: E731
         elif spec == PROPERTIES_JOB:
-            runner = self.runner(REFERENCE_RUNNER, role=PROPERTIES_JOB)
-            work = lambda: self._run_properties(runner)  # noqa: E731
+            # Every variant through the result store (the base renders are the reference's matrix cells), but
+            # the determinism check's repeat really renders again: a stored answer would repeat the first.
+            raw = self.runner(REFERENCE_RUNNER, role=PROPERTIES_JOB)
+            runner = self.cached(REFERENCE_RUNNER, raw)
+            work = lambda: self._run_properties(runner, raw)  # noqa: E731
         elif spec == AGREEMENT_JOB:
             runner = self.cached(self._agreement_spec, self.runner(self._agreement_spec, role=AGREEMENT_JOB))
             work = lambda: self._run_agreement(runner)  # noqa: E731
@@ -210,6 +223,11 @@ class GateSession:
                 job = self._jobs[spec] = _Job(spec, work)
                 job.thread.start()
         return job
+
+    def _timed(self, stage: str, who: str = ""):
+        from conformance.timings import timed
+
+        return timed(self.times, stage, who)
 
     def refresh(self, spec: str) -> bool:
         """Whether this runner renders every cell again instead of reading the result store."""
@@ -232,15 +250,15 @@ class GateSession:
     def _run_capabilities(self, runner):
         from conformance.analysis.capabilities import compute_capabilities
 
-        with self._slots:
+        with self._slots, self._timed("capabilities"):
             results, failures = compute_capabilities(self.templates, runner)
         return results, dict(failures)
 
-    def _run_properties(self, runner):
+    def _run_properties(self, runner, repeat=None):
         from conformance.analysis.properties import compute_properties
 
-        with self._slots:  # every case, whatever the selection: a record reads them all
-            results, failures = compute_properties(self.templates, runner, cases=self.all_cases)
+        with self._slots, self._timed("properties"):  # every case, whatever the selection: a record reads them all
+            results, failures = compute_properties(self.templates, runner, cases=self.all_cases, repeat=repeat)
         return results, dict(failures)
 
     def properties(self) -> tuple:
@@ -250,7 +268,7 @@ class GateSession:
     def _run_agreement(self, runner):
         from conformance.analysis.agreement import agreement_section
 
-        with self._slots:
+        with self._slots, self._timed("agreement"):
             return agreement_section(self.templates, runner)
 
     def agreement(self) -> Optional[dict]:
@@ -300,8 +318,10 @@ class GateSession:
         directory = Path(directory)
         outputs = Outputs(directory / "report.json", directory / "junit.xml", directory / "summary.md",
                           directory / "badges", directory / "report.html")
-        return self.check.report(runs, self.selection, outputs, self.agreement(), analysis=True,
-                                 properties=self.properties()[0] if ran else None)[1]
+        properties = self.properties()[0] if ran else None
+        with self._timed("report"):
+            return self.check.report(runs, self.selection, outputs, self.agreement(), analysis=True,
+                                     properties=properties)[1]
 
     def close(self) -> None:
         with self._lock:
@@ -312,6 +332,9 @@ class GateSession:
 
 
 def pytest_configure(config):
+    import time
+
+    config._chatgold_started = (time.perf_counter(), time.process_time())
     config.addinivalue_line("markers", "chatgold_gate: a conformance gate test (conformance/gate)")
     config.addinivalue_line("markers", "chatgold_renders(*jobs): the session jobs a gate test reads (a runner "
                                        "spec, or 'capabilities'), started together before the first test")
@@ -380,11 +403,28 @@ def pytest_sessionfinish(session):
         counters = gate.store.counters
         print(f"chatgold: result store {gate.store.root}: {counters.hits} cells reused, {counters.rendered} rendered "
               f"({counters.written} stored), {len(counters.corrupt)} corrupt packs rendered again")
+        if counters.tokens_reused or counters.tokens_asked:
+            print(f"chatgold: token parity: {counters.tokens_reused} verdicts reused, {counters.tokens_asked} asked")
+        _write_timings(session.config, gate)
         # The session holds every outcome of every runner; pytest's exit runs gc.collect() several times,
         # which walked all of them (seconds per run). They live until exit anyway: take them out of its way.
         import gc
 
         gc.freeze()
+
+
+def _write_timings(config, gate) -> None:
+    path = config.getoption("--chatgold-timings", None)
+    if not path or gate.times is None:
+        return
+    import json
+    import time
+    from pathlib import Path
+
+    wall, cpu = config._chatgold_started
+    data = {"session": {"wall": round(time.perf_counter() - wall, 3), "cpu": round(time.process_time() - cpu, 3)},
+            **gate.times.as_dict(), "store": gate.store.counters.as_dict()}
+    Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def pytest_generate_tests(metafunc):

@@ -213,13 +213,15 @@ def judge_outcomes(info: dict, cells: Sequence[Cell], outcomes: Sequence[Outcome
     return RunnerResults(info, results, expectations)
 
 
-def add_token_parity(runner, cells: Sequence[Cell], results: RunnerResults, goldens) -> None:
+def add_token_parity(runner, cells: Sequence[Cell], results: RunnerResults, goldens, store=None,
+                     refresh: bool = False) -> None:
     """Stage tokens: the second verdict, on tokens (judge/tokens.py), for runners that can tell what they feed
-    their model; it needs local goldens."""
+    their model; it needs local goldens. With a result store, verdicts stored under the same runner and
+    tokenizer identities are read, not asked again."""
     if runner.reports_tokens():
         from conformance.judge.tokens import token_parity
 
-        token_parity(runner, cells, results.results, goldens)
+        token_parity(runner, cells, results.results, goldens, store, refresh)
 
 
 def requests_by_cell(cells: Iterable[Cell]) -> dict:

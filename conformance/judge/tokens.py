@@ -18,11 +18,12 @@ reported (the end of the sequence cannot change the start), anything else is `un
 """
 from __future__ import annotations
 
+import hashlib
 from enum import StrEnum
 from typing import Iterable, Optional, Sequence
 
 from conformance.files import ENCODING_ERRORS
-from runners.base import Fed, FeedRequest, Raised
+from runners.base import Fed, FeedRequest, Raised, canonical_json
 from runners.vocab import template_markers
 
 WINDOW = 6  # runs of tokens kept either side of the first difference
@@ -166,13 +167,55 @@ def feed_request(cell, facts: dict) -> FeedRequest:
     return FeedRequest(cell.request, facts["add_bos_token"], facts["add_eos_token"], tuple(facts["markers"]))
 
 
-def token_parity(runner, cells: Sequence, results: Sequence, goldens) -> None:
+def token_identity(runner_identity: dict) -> tuple:
+    """(digest, identity) a cell's token verdict is stored under (conformance/render/store.py): the engine's
+    runner identity (what it feeds its model), the reference tokenizer's (transformers, tokenizers and the
+    code building it: runners/hf.py, runners/vocab.py) and this module's, which compares the two."""
+    from pathlib import Path
+
+    from conformance.render.store import identity_digest
+    from runners.identity import dist_versions, source_digest
+
+    identity = {"name": "token-parity", "runner": runner_identity,
+                "tokenizer": {"packages": dist_versions("transformers", "tokenizers"),
+                              "code": source_digest("hf.py", "vocab.py")},
+                "judge": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+    return identity_digest(identity), identity
+
+
+def _verdict_key(cell, facts: dict, unknown: list, golden) -> str:
+    """A cell's token-verdict key: everything besides the identities that decides it (the request, the model's
+    token facts, the golden's bytes)."""
+    from conformance.render.store import TOKENS_PREFIX, request_key
+
+    key = request_key(cell.request)
+    if key is None:
+        return ""
+    detail = canonical_json({"case": key[1], "facts": facts, "unknown": unknown, "golden": golden.kind,
+                             "text": hashlib.sha256(golden.data).hexdigest()})
+    return TOKENS_PREFIX + hashlib.sha256(detail.encode("utf-8", ENCODING_ERRORS)).hexdigest()
+
+
+def _storable(fed) -> bool:
+    """A verdict is kept only when the engine answered (tokens, a refusal, a skip): a crash is asked again."""
+    from conformance.render.store import cacheable
+
+    return isinstance(fed, Fed) or cacheable(fed)
+
+
+def token_parity(runner, cells: Sequence, results: Sequence, goldens, store=None, refresh: bool = False) -> None:
     """Give every result a token verdict (`result.tokens`) when the runner can tell what its engine
-    feeds the model (Runner.reports_tokens); results and cells are in the same order."""
+    feeds the model (Runner.reports_tokens); results and cells are in the same order. With a result store,
+    a cell's verdict is read from it when stored under the same runner and tokenizer identities, request,
+    token facts and golden (refresh: ask the engine again); only the other cells reach the engine."""
     if not runner.reports_tokens():
         return
+    identity = None
+    if store is not None:
+        runner_identity = store.identity_of(runner)
+        identity = token_identity(runner_identity[1]) if runner_identity is not None else None
     facts_of: dict = {}
-    asked, plans = [], []
+    asked, plans, packs, keep = [], [], {}, {}
     for cell, result in zip(cells, results):
         entry = cell.template
         if entry.id not in facts_of:
@@ -180,12 +223,38 @@ def token_parity(runner, cells: Sequence, results: Sequence, goldens) -> None:
         facts, unknown = facts_of[entry.id]
         golden = goldens(entry.id, cell.case.id)
         ask = facts is not None and golden is not None and not golden.raised
+        if ask and identity is not None:
+            from conformance.render.store import template_key
+
+            key = _verdict_key(cell, facts, unknown, golden)
+            if key:
+                template = template_key(cell.request.template) if entry.id not in packs else packs[entry.id][0]
+                if entry.id not in packs:
+                    packs[entry.id] = (template, {} if refresh else store.read_pack(identity[0], template))
+                stored = None if refresh else store.side(identity, template, key, "tokens", packs[entry.id][1])
+                if stored is not None:
+                    result.tokens = dict(stored)
+                    plans.append(None)
+                    continue
+                keep[len(plans)] = (template, key)
         plans.append((result, entry, facts, unknown, golden, len(asked) if ask else None))
         if ask:
             asked.append(feed_request(cell, facts))
+    if identity is not None:
+        store.count_tokens(sum(plan is None for plan in plans), len(asked))
     fed = list(runner.feeds_model_many(asked)) if asked else []
-    for result, entry, facts, unknown, golden, index in plans:
-        result.tokens = verdict_for(entry, facts, unknown, golden, fed[index] if index is not None else None)
+    found: dict = {}
+    for position, plan in enumerate(plans):
+        if plan is None:
+            continue
+        result, entry, facts, unknown, golden, index = plan
+        answer = fed[index] if index is not None else None
+        result.tokens = verdict_for(entry, facts, unknown, golden, answer)
+        if position in keep and _storable(answer):
+            template, key = keep[position]
+            found.setdefault(template, {})[key] = ["tokens", result.tokens]
+    for template, entries in found.items():
+        store.write(identity, template, entries)
 
 
 def template_summary(results: Iterable) -> dict:

@@ -82,6 +82,7 @@ DEFAULT_MAX_BYTES = 2 * 1024**3
 TOUCH_SECONDS = 3600.0
 CAPABILITIES_PREFIX = "capabilities:"
 ATTRIBUTION_PREFIX = "attribution:"
+TOKENS_PREFIX = "tokens:"
 # Entries beside the outcomes of a template's cells: key prefix -> record kind (a [kind, JSON object] pair).
 
 
@@ -238,7 +239,7 @@ _REFUSALS = {str(kind): kind for kind in RefusalKind}
 
 
 def side_record(record, kind: str) -> dict:
-    """The JSON object a capabilities or attribution record holds; CorruptPack when it is not one."""
+    """The JSON object a capabilities, attribution or tokens record holds; CorruptPack when it is not one."""
     if type(record) is list and len(record) == 2 and record[0] == kind and type(record[1]) is dict:
         return record[1]
     raise CorruptPack(f"not a {kind} record: {str(record)[:80]!r}")
@@ -249,7 +250,7 @@ class CorruptPack(ValueError):
 
 
 _TEXT_KINDS = frozenset({"rendered", "raised", "skipped"})
-_SIDE_KINDS = frozenset({"capabilities", "attribution"})
+_SIDE_KINDS = frozenset({"capabilities", "attribution", "tokens"})
 
 
 def encode_pack(identity: str, template: str, entries: dict) -> bytes:
@@ -349,9 +350,12 @@ class StoreCounters:
     rendered: int = 0   # cells cached_render_many had the runner render (not held, refreshed, or not cacheable)
     written: int = 0    # outcomes stored
     corrupt: list = field(default_factory=list)  # paths of packs that failed a check
+    tokens_reused: int = 0  # token-parity verdicts read from the store
+    tokens_asked: int = 0   # token-parity verdicts the engine was asked for
 
     def as_dict(self) -> dict:
-        return {"hits": self.hits, "rendered": self.rendered, "written": self.written, "corrupt": len(self.corrupt)}
+        return {"hits": self.hits, "rendered": self.rendered, "written": self.written, "corrupt": len(self.corrupt),
+                "tokens_reused": self.tokens_reused, "tokens_asked": self.tokens_asked}
 
 
 class ResultStore:
@@ -478,6 +482,11 @@ class ResultStore:
     def count_rendered(self, cells: int) -> None:
         with self._lock:
             self.counters.rendered += cells
+
+    def count_tokens(self, reused: int, asked: int) -> None:
+        with self._lock:
+            self.counters.tokens_reused += reused
+            self.counters.tokens_asked += asked
 
     # writing ----------------------------------------------------------------------------------------------
     def write(self, identity: tuple, template: str, entries: dict) -> None:
