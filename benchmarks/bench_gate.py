@@ -214,7 +214,8 @@ def changed_root(tmp: Path, template_ids: list) -> tuple:
         path = root / "templates" / f"{template_id}.jinja"
         source = path.read_bytes()
         if source[:1] in (b"{", b"<"):  # no leading newline that a comment's trim_blocks could swallow
-            path.write_bytes(b"{# chatgold benchmark: this template changed #}" + source)
+            # A new comment each run: a change an earlier run stored would be warm.
+            path.write_bytes(b"{# chatgold benchmark: this template changed %d #}" % time.time_ns() + source)
             return root, template_id
     raise RuntimeError("no template to change")
 
