@@ -15,9 +15,11 @@ this route). File:line below are at that tag.
   them); `default` with a second argument (2.9's `lax`, #764) is refused with the engine's own "too many
   arguments" (engine_source); pycompat's unknown-method error loses the detail 2.9 added (#743). Maps follow
   BTreeMap order: the values bound are sorted by key (sorted_maps) and map literals with string keys are
-  reordered (engine_source), so `tool|tojson`, `.items()` and `{...}|tojson` print sorted keys. Not closed:
-  maps built by `dict(...)` keep keyword order; a pycompat method failing with an error other than "unknown
-  method" reads "unknown method" (2.9) where 2.8 gives that error; `with context` on imports (2.9 #759).
+  reordered, as are `dict(...)`'s keyword arguments (engine_source), so `tool|tojson`, `.items()`,
+  `{...}|tojson` and `dict(b=1, a=2)|tojson` print sorted keys. Not closed: `dict(m, k=v)` puts a key new to
+  `m` after `m`'s keys (2.8 sorts it in); map literals whose keys are not string literals keep their order; a
+  pycompat method failing with an error other than "unknown method" reads "unknown method" (2.9) where 2.8
+  gives that error; `with context` on imports (2.9 #759).
 - environment (`router/src/infer/chat_template.rs:33-57`): `Environment::new()`, i.e. no trim_blocks, no
   lstrip_blocks, lenient undefined; `set_unknown_method_callback(pycompat::unknown_method_callback)`;
   `raise_exception(text)` failing as a syntax error ("syntax error: text", :10-12); `strftime_now(fmt)`
@@ -25,7 +27,8 @@ this route). File:line below are at that tag.
   (:40-53): `messages[0]['content'][0]['text']` -> `messages[0]['content']`, `[::-1]` -> `|reverse`, and
   exactly `{% generation %}` / `{% endgeneration %}` removed (a whitespace-controlled `{%- generation -%}`
   stays, an unknown statement). The template is compiled once at start-up (:61-63, `unwrap`: a template that
-  does not compile stops the server, so every cell is that compile refusal).
+  does not compile stops the server, so every cell is that compile refusal) by `template_from_str`, which
+  names it `<string>` (minijinja 2.8.0 environment.rs:416-422), so its errors end "(in <string>:LINE)".
 - the request (`router/src/lib.rs`): read by serde into `ChatRequest` (:908-925), so a body its structs cannot
   hold is answered 422 before any template runs, with axum's "Failed to deserialize the JSON body into the
   target type: <path>: <serde's message> at line 1 column C". The runner checks the same shapes
@@ -122,6 +125,8 @@ _TAG = re.compile(r"\{\{|\{%|\{#")
 _RAW_START = re.compile(r"[-+]?\s*raw\s*[-+]?\Z")
 _RAW_END = re.compile(r"\{%[-+]?\s*endraw\s*[-+]?%\}")
 _DEFAULT_CALL = re.compile(r"\|\s*default\s*\Z")
+_DICT_CALL = re.compile(r"(?<![\w.])dict\s*\Z")
+_KEYWORD = re.compile(r"\s*([A-Za-z_]\w*)\s*=(?!=)")
 _PLAIN_KEY = re.compile(r"""\s*(?:'([^'\\]*)'|"([^"\\]*)")\s*\Z""")
 
 
@@ -156,9 +161,10 @@ def _closing(text: str, at: int) -> int:
     return -1
 
 
-def _split_top(text: str, sep: str) -> list:
-    """`text` split at `sep` outside strings and brackets."""
-    parts, depth, start, i = [], 0, 0, 0
+def _top_level(text: str, i: int = 0):
+    """The indices of `text`, from `i` on, outside string literals and brackets (a closing bracket with none
+    open counts as outside, so a tag's own `}}` is found)."""
+    depth = 0
     while i < len(text):
         c = text[i]
         if c in "'\"":
@@ -166,14 +172,35 @@ def _split_top(text: str, sep: str) -> list:
             continue
         if c in _OPEN:
             depth += 1
-        elif c in ")]}":
+        elif c in ")]}" and depth:
             depth -= 1
-        elif c == sep and depth == 0:
+        elif not depth:
+            yield i
+        i += 1
+
+
+def _split_top(text: str, sep: str) -> list:
+    """`text` split at `sep` outside strings and brackets."""
+    parts, start = [], 0
+    for i in _top_level(text):
+        if text[i] == sep:
             parts.append(text[start:i])
             start = i + 1
-        i += 1
     parts.append(text[start:])
     return parts
+
+
+def _reordered(items: list, keys: list) -> list:
+    """`items` (text slots) with their cores in the order of `keys` (stable: a repeated key keeps its last
+    value), each slot keeping its own leading and trailing whitespace."""
+    cores = [item.strip() for item in items]
+    order = sorted(range(len(items)), key=lambda n: keys[n])
+    out = []
+    for slot, n in zip(items, order):
+        lead = slot[:len(slot) - len(slot.lstrip())]
+        tail = slot[len(slot.rstrip()):]
+        out.append(lead + cores[n] + tail)
+    return out
 
 
 def _sorted_map_literal(inner: str) -> str:
@@ -191,14 +218,24 @@ def _sorted_map_literal(inner: str) -> str:
         if found is None:
             return inner
         keys.append(found.group(1) if found.group(1) is not None else found.group(2))
-    cores = [item.strip() for item in items]
-    order = sorted(range(len(items)), key=lambda n: keys[n])  # stable: a repeated key keeps its last value
-    out = []
-    for slot, n in zip(items, order):
-        lead = slot[:len(slot) - len(slot.lstrip())]
-        tail = slot[len(slot.rstrip()):]
-        out.append(lead + cores[n] + tail)
-    return ",".join(out) + ("" if trailing is None else "," + trailing)
+    return ",".join(_reordered(items, keys)) + ("" if trailing is None else "," + trailing)
+
+
+def _sorted_keywords(inner: str) -> str:
+    """A `dict(...)` call's keyword arguments in key order: minijinja 2.8.0's `dict` collects them into a
+    BTreeMap (functions.rs:356-378, `ValueMap` at value/mod.rs:243-244 without `preserve_order`), so
+    `dict(b=1, a=2)` iterates a, b; the binding's IndexMap keeps call order. Only the keyword arguments move
+    (they follow any positional one), each keeping the whitespace of its slot."""
+    args = _split_top(inner, ",")
+    trailing = None
+    if len(args) > 1 and not args[-1].strip():
+        trailing = args.pop()
+    first = next((n for n, arg in enumerate(args) if _KEYWORD.match(arg)), len(args))
+    keys = [_KEYWORD.match(arg) for arg in args[first:]]
+    if len(keys) < 2 or not all(keys):
+        return inner
+    moved = _reordered(args[first:], [key.group(1) for key in keys])
+    return ",".join(args[:first] + moved) + ("" if trailing is None else "," + trailing)
 
 
 def _rewrite_expression(text: str) -> str:
@@ -218,6 +255,8 @@ def _rewrite_expression(text: str) -> str:
             inner = _rewrite_expression(text[i + 1:end])
             if c == "{":
                 inner = _sorted_map_literal(inner)
+            elif c == "(" and _DICT_CALL.search("".join(out)):
+                inner = _sorted_keywords(inner)
             elif c == "(" and _DEFAULT_CALL.search("".join(out)):
                 args = _split_top(inner, ",")
                 if len(args) >= 2 and args[-1].strip():
@@ -252,19 +291,7 @@ def engine_source(source: str) -> str:
             i = end
             continue
         closer = "}}" if found.group() == "{{" else "%}"
-        j, depth = start, 0
-        while j < len(source):
-            c = source[j]
-            if c in "'\"":
-                j = _string_end(source, j)
-                continue
-            if c in _OPEN:
-                depth += 1
-            elif c in ")]}" and depth > 0:
-                depth -= 1
-            elif depth == 0 and source.startswith(closer, j):
-                break
-            j += 1
+        j = next((j for j in _top_level(source, start) if source.startswith(closer, j)), len(source))
         body = source[start:j]
         if closer == "%}" and _RAW_START.match(body.strip()):
             raw_end = _RAW_END.search(source, j)
@@ -339,6 +366,7 @@ class TGIRenderer(MiniJinjaRenderer):
     name = "tgi"
     homepage = HOMEPAGE
     raise_format = "syntax error: {message}"  # chat_template.rs:10-12
+    template_name = "<string>"  # chat_template.rs:61-63 template_from_str (minijinja environment.rs:420-421)
 
     def __init__(self):
         super().__init__()

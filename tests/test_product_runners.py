@@ -122,6 +122,39 @@ def test_tgi_engine_source_rewrites_only_expressions():
     assert engine_source("{{ f(x | default(a, true)) }}") == "{{ f(x | default(a, none, none, true)) }}"
 
 
+def test_tgi_errors_name_the_template_as_template_from_str_does(tgi):
+    # chat_template.rs:61-63 compiles with `template_from_str`, which names the template `<string>`
+    refused = _render(tgi, "x\n{{ messages[0].content + 1 }}")
+    assert refused.refusal == RefusalKind.RENDER and refused.message.endswith(" (in <string>:2)")
+    assert _render(tgi, "{{ foo( }}") == Raised("syntax error: unexpected `}` (in <string>:1)", RefusalKind.COMPILE)
+
+
+def test_tgi_dict_keywords_in_key_order(tgi):
+    from runners.tgi_runner import engine_source
+
+    # minijinja 2.8.0's dict() collects keyword arguments into a BTreeMap: they iterate and print by key
+    assert _render(tgi, "{{ dict(b=1, a=2)|tojson }}") == Rendered('{"a":2,"b":1}')
+    assert _render(tgi, "{% for k in dict(z=1, m=2, a=3) %}{{ k }}{% endfor %}") == Rendered("amz")
+    # only keyword arguments move, each keeping its slot's whitespace; `==` is not a keyword
+    assert engine_source("{{ dict(m,\n  b=1,\n  a=x == 2) }}") == "{{ dict(m,\n  a=x == 2,\n  b=1) }}"
+    for kept in ("{{ x.dict(b=1, a=2) }}", "{{ mydict(b=1, a=2) }}", "{{ dict(b == 1, a) }}"):
+        assert engine_source(kept) == kept
+
+
+def test_tgi_one_scanner_for_quotes_and_brackets():
+    """engine_source's tag scan and the argument/item splitter share one scanner (`_top_level`)."""
+    import inspect
+
+    from runners import tgi_runner
+
+    assert inspect.getsource(tgi_runner).count("depth += 1") == 1
+    text = "a, f('(,', [1, 2]), {'k': ')'}, b"
+    assert [text[i] for i in tgi_runner._top_level(text) if text[i] == ","] == [",", ",", ","]
+    assert tgi_runner._split_top(text, ",") == ["a", " f('(,', [1, 2])", " {'k': ')'}", " b"]
+    # a closer with none open is outside: that is how a tag's own `}}` is found
+    assert tgi_runner.engine_source("{{ {'b': '}}', 'a': [1]} }}x") == "{{ {'a': [1], 'b': '}}'} }}x"
+
+
 def test_tgi_reads_requests_as_its_serde_structs_do():
     """tests/data/tgi_request_shapes.json: TGI's own request structs, compiled with serde, run on 43 bodies."""
     import json
@@ -172,7 +205,7 @@ def test_tgi_rewrites_and_missing_features(tgi):
     assert _render(tgi, "{% for x in [1, 2, 3] %}{% if x == 2 %}{% break %}{% endif %}{{ x }}{% endfor %}") == \
         Rendered("1")
     assert _render(tgi, "{{ 'a b' | urlencode }}") == Raised(
-        "unknown filter: filter urlencode is unknown (in chat_template:1)", RefusalKind.RENDER)
+        "unknown filter: filter urlencode is unknown (in <string>:1)", RefusalKind.RENDER)
     # the continue-final-message cut after the last assistant content
     chat = USER + [{"role": "assistant", "content": "sure"}]
     assert _render(tgi, "{% for m in messages %}{{ m.content }}<end>\n{% endfor %}", chat) == Rendered("hi<end>\nsure")
