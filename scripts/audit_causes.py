@@ -156,7 +156,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--runner", action="append", default=[], help="baselines to draw from (default: all)")
     parser.add_argument("--cells-only", action="store_true")
+    parser.add_argument("--expectations", type=Path, default=None, help="folder of baselines (default: the suite's)")
     args = parser.parse_args()
+    global EXPECTATIONS
+    EXPECTATIONS = args.expectations or EXPECTATIONS
     names = args.runner or sorted(p.stem for p in EXPECTATIONS.glob("*.json"))
     everything = []
     for name in names:
