@@ -79,20 +79,25 @@ def turn_kept_open(probes: dict) -> Optional[dict]:
     return {"opener": opener, "closer": closer}
 
 
-def continues_after_tool(cases: list, out: dict) -> bool:
+def continues_after_tool(cases: list, out: dict, usual: Optional[str] = None) -> bool:
     """Whether the template opens no new turn after a tool result: every conversation ending with a tool
-    result gets an empty generation prompt (the model's turn goes on, as DeepSeek's tool outputs do)."""
-    seen = False
+    result gets one generation prompt, empty or without the opener the usual generation prompt starts with
+    (the model's turn goes on, as DeepSeek's tool outputs do: V3.2 adds only an empty reasoning block)."""
+    opener = next(iter(P._tags(usual or "")), None)
+    seen: set = set()
     for case in cases:
         if not P.flippable(case) or P._last_role(case) != "tool":
             continue
         base, flip = P._text(out.get(("base", case.id))), P._text(out.get(("flip", case.id)))
         if base is None or flip is None:
             continue
-        if base != flip:
+        if base == flip:
+            seen.add("")
+        elif opener and base.startswith(flip) and opener not in base[len(flip):]:
+            seen.add(base[len(flip):])
+        else:
             return False
-        seen = True
-    return seen
+    return len(seen) == 1
 
 
 def later_system(case) -> bool:
@@ -127,6 +132,112 @@ def _no_closer_of_its_own(finding: dict, probes: dict) -> Optional[str]:
         if found and found[0] == match.group(1) and found[1] not in closers:
             return role
     return None
+
+
+def _assistant_opener(probes: dict) -> Optional[str]:
+    """The tag that opens the assistant's turn in the template's [user, assistant] probe."""
+    pair, user = P._text(probes.get("user_assistant")), P._around(P._text(probes.get("user")), P.USER)
+    if pair is None or P.USER not in pair:
+        return None
+    since = pair.index(P.USER) + len(P.USER)
+    found = P._around(pair, P.ASSISTANT, since)
+    return found[0] if found and (not user or found[0] != user[0]) else None
+
+
+def _closer_opens_next(finding: dict, probes: dict) -> Optional[str]:
+    """The assistant's opener when it is what the finding takes for a closer: the template's turns have no
+    closer, each ends where the next begins (Apriel's `<|begin_assistant|>`), so that tag closes nothing."""
+    opener = _assistant_opener(probes)
+    closers = set((finding.get("evidence") or {}).get("closers") or ())
+    if not opener or opener not in closers:
+        return None
+    if finding["kind"] == "stray-closer":
+        stray = re.search(r"'(.+?)' at byte", finding["explanation"][1])
+        return opener if stray and stray.group(1) == opener else None
+    return opener if closers == {opener} else None
+
+
+def _shared_turn(finding: dict, probes: dict, out: dict) -> Optional[str]:
+    """The separator between a system part and a user part of one turn, when a stray closer is the user's:
+    in the template's own [system, user] probe the user text follows a tag that closes neither the user's nor
+    the assistant's turn and is followed by the stray tag (Hunyuan's `<|startoftext|>S<|extra_4|>U<|extra_0|>`),
+    and in the render the stray closer follows that separator the same way."""
+    stray = re.search(r"'(.+?)' at byte (\d+)", finding["explanation"][1])
+    closers = set((finding.get("evidence") or {}).get("closers") or ())
+    if not stray:
+        return None
+    tag, at = stray.group(1), int(stray.group(2))
+    probe = P._around(P._text(probes.get("system_user")), P.USER)
+    user = P._around(P._text(probes.get("user")), P.USER)
+    pair = P._text(probes.get("user_assistant"))
+    assistant = P._around(pair, P.ASSISTANT, pair.index(P.USER) + len(P.USER)) if pair and P.USER in pair else None
+    if not probe or probe[1] != tag or probe[0] not in closers or (user and probe[0] == user[1]) \
+            or (assistant and probe[0] == assistant[1]):
+        return None
+    text = P._text(out.get(("base", finding["case"])))
+    before = P._tags(text[:at]) if text else []
+    return probe[0] if before and before[-1] == probe[0] else None
+
+
+def _prompt_extras(finding: dict, cases: list, out: dict) -> Optional[str]:
+    """The generation prompt's extras when a history rewrite is only those not replayed: the earlier prompt
+    (asked for a generation prompt) has only template text from the break on, not blank, and the later prompt
+    goes on there with the assistant's answer (a prefill before it: Apriel's `Here are my reasoning steps:`)
+    or with the tag the earlier prompt ends on (an instruction turn before the assistant's opener: Command R+'s
+    `Write 'Action:' ...`)."""
+    evidence = finding.get("evidence") or {}
+    earlier = next((c for c in cases if c.id == evidence.get("earlier")), None)
+    later = next((c for c in cases if c.id == finding["case"]), None)
+    at = evidence.get("offset")
+    if earlier is None or later is None or not isinstance(at, int) or not earlier.conversation.add_generation_prompt:
+        return None
+    a, b = P._text(out.get(("base", earlier.id))), P._text(out.get(("base", later.id)))
+    if a is None or b is None or not a[at:].strip():
+        return None
+    tail, rest = a[at:], b[at:].lstrip()
+    if any(P.present(value, tail) for _, value in P.faithfulness_items(earlier.conversation)):
+        return None
+    answers = [m.get("content") for m in later.conversation.messages[len(earlier.conversation.messages):]
+               if isinstance(m, dict) and m.get("role") == "assistant"]
+    if answers and isinstance(answers[0], str) and answers[0].strip() and rest.startswith(answers[0].strip()[:40]):
+        return tail
+    tags = P._tags(tail)
+    if tags and tail.rstrip().endswith(tags[-1]) and rest.startswith(tags[-1]) and P._TAG.sub("", tail).strip():
+        return tail
+    return None
+
+
+def _not_a_marker(finding: dict, probes: dict, out: dict) -> Optional[str]:
+    """A finding's closer that is text, not a turn marker: everywhere the probes and the render print it, it
+    is glued to a word that is not a probe's sentinel (a type written `List[str]` in tool declarations)."""
+    closers = sorted((finding.get("evidence") or {}).get("closers") or ())
+    texts = [P._text(p) for p in probes.values()] + [P._text(out.get(("base", finding["case"])))]
+    texts = [t for t in texts if t]
+    if not closers:
+        return None
+    for closer in closers:
+        spots = [t[:i] for t in texts for i in (m.start() for m in re.finditer(re.escape(closer), t))]
+        if not spots or not all(re.search(r"\w$", before) and not before.endswith(P.SENTINELS) for before in spots):
+            return None
+    return " ".join(closers)
+
+
+def _parts_partly_kept(finding: dict, cases: list, out: dict) -> bool:
+    """Whether a message's content parts reach the prompt only in part: the template takes parts (another text
+    part of the same message is there) and loses one, a defect rather than an input it does not take."""
+    evidence = finding.get("evidence") or {}
+    case = next((c for c in cases if c.id == finding["case"]), None)
+    text = P._text(out.get(("base", finding["case"])))
+    missing = evidence.get("missing")
+    if case is None or text is None or not isinstance(missing, str):
+        return False
+    for message in case.conversation.messages:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            texts = P._part_texts(content)
+            if any(t[:200] == missing for t in texts) and any(P.present(t, text) for t in texts if t[:200] != missing):
+                return True
+    return False
 
 
 def _rewrite_design(finding: dict, cases: list, out: dict) -> Optional[str]:
@@ -218,9 +329,9 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
             if kept:
                 tool_design.append(f"tool turns: the template keeps the assistant's turn ({kept['opener']} ... "
                                    f"{kept['closer']}) open across tool calls and their results")
-            elif continues_after_tool(cases, out):
+            elif continues_after_tool(cases, out, usual):
                 tool_design.append("tool turns: after a tool result the template opens no new turn (an empty "
-                                   "generation prompt); the model's turn goes on")
+                                   "generation prompt, or one that opens no turn); the model's turn goes on")
             else:
                 tool_design.append("")
         return tool_design[0] or None
@@ -228,15 +339,17 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
     found = []
     for name in P.PROPERTY_IDS:
         for finding in record["properties"][name]["violations"]:
-            cls, inputs, shown = "violation", None, finding
+            cls, inputs, shown, partly = "violation", None, finding, False
             kind = finding["kind"]
             if name in ("no-repr-leak", "faithfulness") and len(plain) < len(cases):
                 remaining = again(name, "plain").get(kind)
-                if remaining is None:
+                # a template that takes parts and keeps only some of them: a defect, whatever else it takes
+                partly = name == "faithfulness" and _parts_partly_kept(finding, cases, out)
+                if remaining is None and not partly:
                     cls, inputs = "capability", PARTS_INPUTS
-                else:
+                elif remaining is not None:
                     shown = remaining
-            if cls == "violation" and name == "faithfulness" and kind in ("drops-content:system",
+            if cls == "violation" and not partly and name == "faithfulness" and kind in ("drops-content:system",
                                                                           "drops-content:developer"):
                 remaining = again(name, "first-system").get(kind)
                 if remaining is None:
@@ -252,6 +365,19 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
                     cls, inputs = "design", why
                 elif remaining is not None:
                     shown = remaining
+            if cls == "violation" and name == "marker-balance" and shown["kind"] in ("unclosed-turn", "stray-closer"):
+                opener = _closer_opens_next(shown, probes)
+                text = _not_a_marker(shown, probes, out)
+                separator = _shared_turn(shown, probes, out) if shown["kind"] == "stray-closer" else None
+                if text:
+                    cls, inputs = "design", (f"not a turn marker: {text} is glued to a word wherever the template "
+                                             f"prints it (text such as a type `List[str]`)")
+                elif opener:
+                    cls, inputs = "design", (f"turns end where the next begins: {opener} opens the assistant's turn "
+                                             f"(learnt from its [user, assistant] probe), it closes nothing")
+                elif separator:
+                    cls, inputs = "design", (f"a system part and the user part after it share one turn, {separator} "
+                                             f"between them (learnt from its [system, user] probe)")
             if cls == "violation" and name == "marker-balance" and shown["kind"] == "unclosed-turn":
                 role = _no_closer_of_its_own(shown, probes)
                 if _compound_header(shown, out):
@@ -260,7 +386,9 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
                     cls, inputs = "design", (f"{role} turns: the template ends them where the next turn begins "
                                              f"(no closer of their own, learnt from its {role} probe)")
             if cls == "violation" and name == "prefix-stability":
-                why = _rewrite_design(shown, cases, out)
+                extras = _prompt_extras(shown, cases, out)
+                why = _rewrite_design(shown, cases, out) or (extras and (
+                    f"the generation prompt's extras ({extras[:60]!r}) are not replayed with the answer"))
                 if why:
                     cls, inputs = "design", why
             entry = {"property": name, **shown, "class": cls, "line": locate(template, name, shown)}

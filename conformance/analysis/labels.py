@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 LABELS = Path(__file__).with_name("lint-labels.json")
-PARTS = ("training", "held_out")
+PARTS = ("training", "held_out", "held_out_2")
 
 
 def load_labels(path: Path = LABELS) -> dict:
