@@ -17,13 +17,30 @@ def measured():
 
 def test_the_labels_cover_at_least_30_templates():
     labels = load_labels()
-    assert len(labels["training"]) + len(labels["held_out"]) >= 30
-    assert not set(labels["training"]) & set(labels["held_out"])
+    assert sum(len(labels[p]) for p in PARTS) >= 30
+    assert len(labels["held_out_2"]) >= 12 and len(labels["held_out_3"]) >= 12
+    named = [t for p in PARTS for t in labels[p]]
+    assert len(named) == len(set(named))  # no template in two parts
     assert all(isinstance(m["defect"], bool) and m["why"] for p in PARTS for ms in labels[p].values() for m in ms)
 
 
 def test_every_finding_is_labelled_and_every_label_is_found(measured):
     assert measured["unlabelled"] == [] and measured["unseen"] == []
+
+
+# Where lint's class and the hand label still disagree, each with why (none may appear or vanish unseen):
+# `<|plugin|>` is a name in InternLM's headers (`system name=<|plugin|>`) and the opener of its tool calls; the
+# finding takes the header's for a tool call left open.
+KNOWN_MISSES = ["held_out_3: internlm-intern-s1-mini: marker-balance/unclosed-turn"]
+
+
+def test_every_label_is_lints_class_but_the_known_misses(measured):
+    assert measured["disagree"] == KNOWN_MISSES
+
+
+def test_held_out_figures(measured):
+    # held_out_3 was labelled blind after the last rule change: its figures are the held-out ones
+    assert measured["held_out_3"]["precision"] >= 0.85 and measured["held_out_3"]["recall"] == 1.0
 
 
 def test_precision_and_recall(measured):
