@@ -49,7 +49,7 @@ def test_openapi_document_describes_every_endpoint(server):
     doc = requests.get(f"{server}/openapi.json", timeout=10).json()
     assert set(doc["paths"]) == {"/v1/templates", "/v1/templates/{template_id}", "/v1/cases", "/v1/cases/{case_id}",
                                  "/v1/goldens/{template_id}/{case_id}", "/v1/check", "/v1/check/batch",
-                                 "/v1/goldens", "/v1/identify"}
+                                 "/v1/goldens", "/v1/identify", "/v1/compat"}
     for name in ("CheckRequest", "CheckResult", "GoldenJSON", "TemplateDetail", "IdentifyResult", "ErrorBody"):
         assert name in doc["components"]["schemas"]
 
@@ -250,10 +250,12 @@ def test_remote_check_reports_divergences(server):
 
 
 def test_schemathesis_finds_no_server_errors(server):
-    # Bounded property-based fuzzing from the OpenAPI document, loopback only.
+    # Bounded property-based fuzzing from the OpenAPI document, loopback only. /v1/compat is left out: one
+    # request renders every case through up to 8 engines (minutes); test_service_compat.py tests its bounds.
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from schemathesis.cli import schemathesis; sys.exit(schemathesis())",
          "run", f"{server}/openapi.json", "--checks", "not_a_server_error", "--max-examples", "3",
+         "--exclude-path", "/v1/compat",
          "--phases", "coverage,fuzzing", "--generation-deterministic", "--request-timeout", "60"],
         capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]

@@ -198,6 +198,9 @@ class CompatOptions:
     refresh: bool = False
     expectations_dir: Optional[object] = None
     log: Optional[Callable[[str], None]] = None
+    # time.monotonic() after which no further engine starts (the service's bound); those left are listed in
+    # the record's `not_run` and the template is not said to render right everywhere
+    deadline: Optional[float] = None
 
 
 def compat(template: UserTemplate, options: CompatOptions, check_run: Callable, explain_options: Callable,
@@ -235,8 +238,11 @@ def compat(template: UserTemplate, options: CompatOptions, check_run: Callable, 
                                          "message": getattr(outcome, "message", "")[:500]})
             goldens.goldens[cell.key] = golden
         reference_info = dict(reference_runner.describe())
-        engines = []
+        engines, not_run = [], []
         for spec in options.engines:
+            if options.deadline is not None and time.monotonic() > options.deadline:
+                not_run.append({"engine": spec, "why": "the run's time limit was reached before this engine started"})
+                continue
             log(f"{spec}: rendering {len(cells)} cases")
             engine = opener(spec)
             try:
@@ -253,7 +259,7 @@ def compat(template: UserTemplate, options: CompatOptions, check_run: Callable, 
         golden = goldens.goldens.get(cell.key)
         digest.update(f"{cell.case.id}\x1f{golden.kind if golden else 'none'}\x1f".encode())
         digest.update((golden.data if golden else b"") + b"\x1e")
-    return {
+    record = {
         "format": FORMAT_VERSION,
         "template": {"name": template.id, "corpus_id": twin.id if twin else None,
                      "bos_token": template.bos_token, "eos_token": template.eos_token,
@@ -262,9 +268,12 @@ def compat(template: UserTemplate, options: CompatOptions, check_run: Callable, 
                       "raised": sum(1 for o in reference_outcomes if o.kind == "raised"),
                       "failed": reference_failed, "digest": digest.hexdigest()},
         "engines": engines,
-        "renders_right_everywhere": all(e["renders_right"] for e in engines),
+        "renders_right_everywhere": all(e["renders_right"] for e in engines) and not not_run,
         "seconds": round(time.perf_counter() - started, 3),
     }
+    if not_run:
+        record["not_run"] = not_run
+    return record
 
 
 def _engine_record(spec, results, template: UserTemplate, goldens, engine, reference, options: CompatOptions,

@@ -18,6 +18,14 @@ GOLDENS_WORKERS = 1
 GOLDENS_QUEUE = 4
 ATTRIBUTION_WORKERS = 1
 ATTRIBUTION_QUEUE = 8
+# POST /v1/compat: one template through several engines on every case, one run at a time (COMPAT_QUEUE may
+# wait); each render at most COMPAT_CELL_SECONDS, no engine starts after COMPAT_TOTAL_SECONDS (those left are
+# listed as not run), at most COMPAT_MAX_ENGINES engines per request.
+COMPAT_WORKERS = 1
+COMPAT_QUEUE = 2
+COMPAT_CELL_SECONDS = 10.0
+COMPAT_TOTAL_SECONDS = 300.0
+COMPAT_MAX_ENGINES = 8
 WORKER_NICE = 19  # the lowest priority: worker processes yield the CPU to the server's own request handling
 # Beyond loopback: a token is required and each client address gets DEFAULT_RATE requests/s (bursts of 2x).
 DEFAULT_RATE = 20.0

@@ -247,8 +247,9 @@ class Guard:
                 return await _send_error(send, 429, f"rate limit of {self.limiter.rate:g} requests/s per client "
                                                     f"exceeded; retry after {wait:.1f} s",
                                          [(b"retry-after", RateLimiter.retry_after(wait).encode())])
-        if scope.get("method") == "POST" and path == "/v1/goldens":
-            pool = self.state_of().goldens_pool
+        if scope.get("method") == "POST" and path in ("/v1/goldens", "/v1/compat"):
+            state = self.state_of()
+            pool = state.goldens_pool if path == "/v1/goldens" else state.compat_pool
             if pool.full():
                 busy = Busy(pool.name, pool.retry_after)
                 return await _send_error(send, 503, str(busy), [(b"retry-after", str(busy.retry_after).encode())])

@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from conformance.judge.status import STATUSES
-from conformance.service.limits import MAX_BATCH_CELLS, MAX_OUTPUT_CHARS, SHA256_PATTERN
+from conformance.service.limits import COMPAT_MAX_ENGINES, MAX_BATCH_CELLS, MAX_OUTPUT_CHARS, SHA256_PATTERN
 from runners.base import MAX_TEMPLATE_BYTES
 
 
@@ -178,6 +178,17 @@ class GoldensRequest(BaseModel):
     eos_token: Optional[str] = Field(None, max_length=1000)
     cases: Optional[list[str]] = Field(None, max_length=200,
                                        description="Case id globs; all cases when omitted")
+
+
+class CompatRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    template: str = Field(max_length=MAX_TEMPLATE_BYTES, description=f"Template text (at most {MAX_TEMPLATE_BYTES} bytes)")
+    bos_token: Optional[str] = Field(None, max_length=1000)
+    eos_token: Optional[str] = Field(None, max_length=1000)
+    engines: Optional[list[str]] = Field(None, min_length=1, max_length=COMPAT_MAX_ENGINES,
+                                         description="The suite's engines to run (names as `chatgold engines` lists "
+                                                     "them); compat's default set when omitted")
+    cases: Optional[list[str]] = Field(None, max_length=200, description="Case id globs; all cases when omitted")
 
 
 class NewGolden(BaseModel):

@@ -21,6 +21,7 @@ from conformance.service.models import (
     CaseList,
     CheckRequest,
     CheckResult,
+    CompatRequest,
     ErrorBody,
     GoldenJSON,
     GoldensRequest,
@@ -32,7 +33,15 @@ from conformance.service.models import (
     TemplateList,
 )
 from conformance.service.limits import MAX_TEMPLATE_BYTES
-from conformance.service.state import State, attribute, check_cells, render_goldens, summary_of
+from conformance.service.state import (
+    State,
+    attribute,
+    check_cells,
+    compat_engines,
+    render_goldens,
+    run_compat,
+    summary_of,
+)
 from conformance.service.workers import Busy
 
 _ERRORS = {400: {"model": ErrorBody}, 404: {"model": ErrorBody}, 413: {"model": ErrorBody},
@@ -148,6 +157,31 @@ async def new_goldens(body: GoldensRequest, state: State = Depends(service_state
         raise HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
     try:
         return await asyncio.wrap_future(future)
+    except asyncio.CancelledError:  # the server is shutting down under this request
+        future.cancel()
+        raise HTTPException(503, "the service is shutting down; retry later", headers={"Retry-After": "30"}) \
+            from None
+
+@router.post("/v1/compat", responses={**_ERRORS, **_BUSY}, tags=["reference"],
+             description="One template through the suite's engines on every case (or the cases chosen): the "
+                         "record `chatgold compat --format json` writes (conformance/schemas/compat.schema.json). "
+                         "One run at a time; each render is bounded and no engine starts after the run's time "
+                         "limit (those left are listed in `not_run`).")
+async def compat(body: CompatRequest, state: State = Depends(service_state)):
+    data = body.template.encode("utf-8", ENCODING_ERRORS)
+    if len(data) > MAX_TEMPLATE_BYTES:
+        raise HTTPException(413, f"template is {len(data)} bytes; the limit is {MAX_TEMPLATE_BYTES}")
+    engines = compat_engines(body.engines)
+    cases = [c for c in state.cases.values()
+             if not body.cases or any(fnmatch.fnmatchcase(c.id, p) for p in body.cases)]
+    if not cases:
+        raise HTTPException(400, f"no case matches {body.cases!r} (GET /v1/cases lists them)")
+    try:
+        future = state.compat_pool.submit(functools.partial(run_compat, state, body, engines, cases))
+    except Busy as exc:
+        raise HTTPException(503, str(exc), headers={"Retry-After": str(exc.retry_after)}) from None
+    try:
+        return JSONBody(await asyncio.wrap_future(future))
     except asyncio.CancelledError:  # the server is shutting down under this request
         future.cancel()
         raise HTTPException(503, "the service is shutting down; retry later", headers={"Retry-After": "30"}) \

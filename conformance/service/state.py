@@ -23,6 +23,10 @@ from conformance.render.stage import Posted
 from conformance.service.limits import (
     ATTRIBUTION_QUEUE,
     ATTRIBUTION_WORKERS,
+    COMPAT_CELL_SECONDS,
+    COMPAT_QUEUE,
+    COMPAT_TOTAL_SECONDS,
+    COMPAT_WORKERS,
     GOLDENS_CELL_SECONDS,
     GOLDENS_QUEUE,
     GOLDENS_TOTAL_SECONDS,
@@ -31,7 +35,7 @@ from conformance.service.limits import (
     ID_RE,
     WORKER_NICE,
 )
-from conformance.service.models import CheckRequest, GoldensRequest
+from conformance.service.models import CheckRequest, CompatRequest, GoldensRequest
 from conformance.service.workers import Busy, WorkPool
 from runners.base import Raised, RefusalKind, Rendered
 
@@ -47,6 +51,9 @@ class State:
                                      retry_after=int(GOLDENS_TOTAL_SECONDS // 4))
         self.attribution_pool = WorkPool("attribution", _attribution_worker, ATTRIBUTION_WORKERS,
                                          ATTRIBUTION_QUEUE, retry_after=5)
+        # compat opens its own runners per run (the reference and each engine, out of process)
+        self.compat_pool = WorkPool("compat", _NoResource, COMPAT_WORKERS, COMPAT_QUEUE,
+                                    retry_after=int(COMPAT_TOTAL_SECONDS // 4))
         # Reference outcomes already rendered for the same transformers, template and case (render/store.py).
         from conformance.render.store import ResultStore
 
@@ -72,6 +79,12 @@ class State:
     def close(self) -> None:
         self.goldens_pool.close()
         self.attribution_pool.close()
+        self.compat_pool.close()
+
+
+class _NoResource:
+    def close(self) -> None:
+        pass
 
 
 def _reference_runner():
@@ -221,3 +234,34 @@ def render_goldens(state: State, body: GoldensRequest, cases: list, runner) -> d
     match = state.corpus.by_sha.get(sha)
     return {"sha256": sha, "corpus_id": match.id if match else None, "reference": state.reference,
             "complete": complete, "goldens": goldens}
+
+
+def compat_engines(engines: Optional[list]) -> list:
+    """The engines a compat request names: the suite's own runners only (never `command:` or an example
+    harness, which would run a program the request chose), the reference left out (it always renders)."""
+    from conformance.analysis.compat import DEFAULT_ENGINES
+    from runners import BUILTIN_RUNNERS, REFERENCE_RUNNER
+
+    chosen = []
+    for spec in engines or DEFAULT_ENGINES:
+        if spec.partition("@")[0] not in BUILTIN_RUNNERS:
+            raise HTTPException(400, f"engines: unknown engine {spec!r}; known: {', '.join(sorted(BUILTIN_RUNNERS))}")
+        if spec != REFERENCE_RUNNER and spec not in chosen:
+            chosen.append(spec)
+    if not chosen:
+        raise HTTPException(400, "engines: no engine besides the reference selected")
+    return chosen
+
+
+def run_compat(state: State, body: CompatRequest, engines: list, cases: list, _resource=None) -> dict:
+    """The compat record of a posted template (conformance/schemas/compat.schema.json), as `chatgold compat
+    --format json` writes it; no engine starts after COMPAT_TOTAL_SECONDS (those left are listed as not run)."""
+    from conformance.analysis.compat import CompatOptions, UserTemplate, compat
+    from conformance.checkrun import ExplainOptions
+
+    options = CompatOptions(engines=engines, workers=1, timeout=COMPAT_CELL_SECONDS, store=state.store,
+                            deadline=time.monotonic() + COMPAT_TOTAL_SECONDS)
+    template = UserTemplate("posted", body.template, body.bos_token, body.eos_token)
+    record = compat(template, options, CheckRun, ExplainOptions, cases=cases)
+    return {"format": 1, "file": "<posted>", "engines": engines, "templates": [record],
+            "renders_right_everywhere": record["renders_right_everywhere"]}
