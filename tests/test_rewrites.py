@@ -84,3 +84,79 @@ def test_fix_never_overwrites_its_input(tmp_path, capsys):
     assert main(["compat", str(path), "--engines", "tgi", "--fix", str(path)]) == 2
     assert "will not overwrite" in capsys.readouterr().err
     assert path.read_text() == "{{ messages[0].get('content', '') }}"
+
+
+@pytest.mark.parametrize("rewrite, template_id, engine", [
+    ("iterable-not-none", "arcee-ai-trinity-large-thinking", "minijinja"),  # `tools|length` of none
+    ("digit-subscript", "zai-org-glm-5.1", "tgi"),                         # `.0.` read as a float
+    ("generation-exact", "arcee-ai-trinity-nano-preview", "tgi"),          # `{%- generation %}` left in
+    ("continue-as-if", "allenai-molmo2-8b", "mistralrs"),                  # no loop controls
+    ("continue-flag", "fdtn-ai-foundation-sec-8b-instruct", "mistralrs"),  # no loop controls
+    ("default-true", "google-gemma-4-e4b-it", "tgi"),                      # default(x, true): too many arguments
+])
+def test_each_new_rewrite_alone_is_proven_on_a_corpus_template(rewrite, template_id, engine):
+    """The rewrite alone, rendered: the reference's bytes the same on every case, the engine renders more cases
+    right (both by conformance/analysis/rewrites.prove over two compat records), and the rewrite names one of
+    the engine's causes."""
+    from conformance.analysis.compat import CompatOptions, UserTemplate, compat
+    from conformance.checkrun import CheckRun, ExplainOptions
+    from conformance.corpus.manifest import load_corpus
+
+    entry = load_corpus().get(template_id)
+    text, sites = BY_NAME[rewrite].apply(entry.source())
+    assert sites > 0 and text != entry.source()
+    options = CompatOptions(engines=[engine], workers=1)
+
+    def record(source: str) -> dict:
+        return compat(UserTemplate(entry.id, source, entry.bos_token, entry.eos_token), options, CheckRun,
+                      ExplainOptions)
+    before, after = record(entry.source()), record(text)
+    kept, gained, why = prove(before, after)
+    assert kept, why
+    assert gained[engine] > 0
+    assert any(cause.startswith(f"{engine}:") for cause in BY_NAME[rewrite].causes)
+
+
+def test_new_rewrites_keep_their_shapes():
+    apply = {name: r.apply for name, r in BY_NAME.items()}
+    assert apply["iterable-not-none"]("{% if t is iterable and t|length %}{{ 'x is iterable' }}{% endif %}"
+                                      "{% if c is not iterable %}{% endif %}") == (
+        "{% if (t is iterable and t is not none) and t|length %}{{ 'x is iterable' }}{% endif %}"
+        "{% if (c is not iterable or c is none) %}{% endif %}", 2)
+    # numbers and string literals are left alone
+    assert apply["digit-subscript"]("{{ m.content.0.type }}{{ 1.5 }}{{ 'v1.0' }}") == (
+        "{{ m.content[0].type }}{{ 1.5 }}{{ 'v1.0' }}", 1)
+    assert apply["generation-exact"]("{%- generation -%}x{% endgeneration%}{% generation %}") == (
+        "{{- '' }}{% generation %}{{ '' -}}x{% endgeneration %}{% generation %}", 2)
+    assert apply["default-true"]("{{ a.b|default('', true)|trim }}{{ x|lower|default('q', true) }}") == (
+        "{{ (a.b if a.b else '')|trim }}{{ x|lower|default('q', true) }}", 1)
+    loop = ("{%- for m in ms %}\n{%- if m.r == 's' %}\n{%- continue %}\n{%- endif %}\n{{- m.c }}\n{%- endfor %}")
+    assert apply["continue-as-if"](loop) == (
+        "{%- for m in ms %}\n{%- if not (m.r == 's') %}\n{{- m.c }}\n{%- endif %}{%- endfor %}", 1)
+    branch = "{% for m in ms -%}{% if a %}A{% continue %}{% else %}B{% endif %}R{% endfor %}"
+    assert apply["continue-flag"](branch) == (
+        "{% for m in ms -%}{% set _cg_skip = false -%}{% if a %}A{% set _cg_skip = true %}{% else %}B{% endif %}"
+        "{% if not _cg_skip %}R{% endif %}{% endfor %}", 1)
+    # a continue the rewrite cannot place leaves the template as it is
+    assert apply["continue-flag"]("{% for m in ms %}{% if a %}{% if b %}{% continue %}{% endif %}{% endif %}"
+                                  "{% endfor %}")[1] == 0
+
+
+def test_the_shapes_render_as_before_in_jinja2():
+    """What the proof relies on, shown on the reference's own engine: each spelling renders the same bytes."""
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+    ms = [{"r": "s", "c": "a"}, {"r": "u", "c": "b"}, {"r": "s", "c": "c"}, {"r": "u", "c": "d"}]
+    for name, template in (
+            ("continue-as-if", "{%- for m in ms %}\n  {%- if m.r == 's' %}\n    {%- continue %}\n  {%- endif %}\n"
+                               "  {{- m.c }}\n{%- endfor %}"),
+            ("continue-flag", "{% for m in ms %}\n{% if m.r == 's' %}S{% continue %}\n{% elif m.c == 'd' %}D{% endif %}\n"
+                              "[{{ m.c }}] {{ loop.index }}\n{% endfor %}"),
+            ("iterable-not-none", "{% if t is iterable %}I{% else %}N{% endif %}"),
+            ("default-true", "{{ t|default('x', true) }}|{{ u|default('y', true) }}")):
+        text, sites = BY_NAME[name].apply(template)
+        assert sites
+        for values in ({"ms": ms, "t": None, "u": ""}, {"ms": ms, "t": [1], "u": "v"}):
+            assert env.from_string(text).render(**values) == env.from_string(template).render(**values), name

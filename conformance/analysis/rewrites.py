@@ -11,6 +11,19 @@ time, each on top of those already kept.
                          default argument (mistral.rs: "too many arguments")
     tojson-ensure-ascii  `|tojson(ensure_ascii=False)`  ->  `|tojson`: the reference's `tojson` never
                          escapes to ASCII, MiniJinja refuses the keyword
+    iterable-not-none    `x is iterable`  ->  `(x is iterable and x is not none)`: MiniJinja counts none as
+                         iterable (then `x|length` fails or a none is printed), jinja2 does not
+    digit-subscript      `x.0.y`  ->  `x[0].y`: MiniJinja's lexer reads `.0.` as a float and the template
+                         does not compile; jinja2 reads both as the item
+    generation-exact     `{%- generation -%}`  ->  `{{- '' }}{% generation %}{{ '' -}}` (and `endgeneration`):
+                         engines that drop the tag by its exact text (TGI, mistral.rs) find it; the empty
+                         prints carry the whitespace control
+    continue-as-if       `{% for %}..{% if c %}{% continue %}{% endif %}REST{% endfor %}`  ->
+                         `{% for %}..{% if not (c) %}REST{% endif %}{% endfor %}`: builds without loop
+                         controls (mistral.rs) refuse `continue`; llama.cpp drops what the `if` printed
+    continue-flag        a `{% continue %}` ending any branch of such an `if`: a flag set there, the rest of
+                         the body in `{% if not _cg_skip %}...{% endif %}`
+    default-true         `x|default(d, true)`  ->  `(x if x else d)`: TGI's MiniJinja takes one argument
 """
 from __future__ import annotations
 
@@ -23,6 +36,29 @@ _PATH = r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[(?:'[^'\[\]]*'|\"[^\"\[\]]*\"|[A-Za-z_
 _ARG = r"'[^'\\]*'|\"[^\"\\]*\"|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*|-?\d+(?:\.\d+)?|\{\}|\[\]|\([^()]*\)"
 _GET = re.compile(rf"(?<![\w.\]])({_PATH})\.get\(\s*({_ARG})\s*(?:,\s*({_ARG})\s*)?\)")
 _ENSURE = re.compile(r"(tojson\s*\([^()]*?)(?:,\s*ensure_ascii\s*=\s*False\b|\bensure_ascii\s*=\s*False\s*,?\s*)")
+
+
+_STRING = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+_OPERAND = rf"(?<![\w.\]|)'\"])({_PATH})"
+_ITERABLE = re.compile(rf"{_OPERAND}\s+is\s+(not\s+)?iterable\b")
+_DIGIT = re.compile(r"(?<=[A-Za-z_\]\)])\.(\d+)(?![\w.]*\()(?=\W|$)")
+_DEFAULT_TRUE = re.compile(rf"{_OPERAND}\s*\|\s*default\(\s*({_ARG})\s*,\s*(?:true|True)\s*\)")
+_GENERATION = re.compile(r"\{%(-?)\s*(generation|endgeneration)\s*(-?)%\}")
+_TAG = re.compile(r"\{%(-?)\s*(\w+)(.*?)(-?)%\}", re.DOTALL)
+
+
+def outside_strings(code: str, change: Callable[[str], tuple]) -> tuple:
+    """Apply `change(piece) -> (piece, n)` to the parts of a code span outside its string literals."""
+    out, total, at = [], 0, 0
+    for literal in list(_STRING.finditer(code)) + [None]:
+        end = literal.start() if literal else len(code)
+        piece, count = change(code[at:end])
+        out.append(piece)
+        total += count
+        if literal:
+            out.append(literal.group(0))
+            at = literal.end()
+    return "".join(out), total
 
 
 @dataclass(frozen=True)
@@ -65,6 +101,112 @@ def _tojson_ensure_ascii(template: str) -> tuple:
     return in_code(template, change)
 
 
+def _iterable_not_none(template: str) -> tuple:
+    def piece(code: str) -> tuple:
+        return _ITERABLE.subn(lambda m: (f"({m.group(1)} is not iterable or {m.group(1)} is none)" if m.group(2)
+                                         else f"({m.group(1)} is iterable and {m.group(1)} is not none)"), code)
+    return in_code(template, lambda code: outside_strings(code, piece))
+
+
+def _digit_subscript(template: str) -> tuple:
+    return in_code(template, lambda code: outside_strings(code, lambda p: _DIGIT.subn(r"[\1]", p)))
+
+
+def _default_true(template: str) -> tuple:
+    # the default is often a string literal, so the match spans literals (a filter call inside a literal is
+    # not a thing templates print)
+    return in_code(template, lambda code: _DEFAULT_TRUE.subn(
+        lambda m: f"({m.group(1)} if {m.group(1)} else {m.group(2)})", code))
+
+
+def _generation_exact(template: str) -> tuple:
+    def one(m: re.Match) -> str:
+        if m.group(0) == f"{{% {m.group(2)} %}}":
+            return m.group(0)
+        return ("{{- '' }}" if m.group(1) else "") + f"{{% {m.group(2)} %}}" + ("{{ '' -}}" if m.group(3) else "")
+    text, total = template, 0
+    out = _GENERATION.sub(one, text)
+    total = sum(1 for m in _GENERATION.finditer(text) if m.group(0) != f"{{% {m.group(2)} %}}")
+    return out, total
+
+
+def _continue_as_if(template: str) -> tuple:
+    """`{% if c %}{% continue %}{% endif %}` right inside a for loop's body: the rest of the body goes into
+    `{% if not (c) %}...{% endif %}`, the new `if` taking the old `endif`'s right whitespace control and the new
+    `endif` the `endfor`'s left one (so every byte around them is stripped or kept as before)."""
+    tags = list(_TAG.finditer(template))
+    edits = []      # (start, end, replacement)
+    stack = []      # [kind, tag index, inserts before its end]
+    i = 0
+    while i < len(tags):
+        tag = tags[i]
+        word = tag.group(2)
+        if word in ("for", "if", "macro", "call", "filter"):
+            if word == "if" and stack and stack[-1][0] == "for" and i + 2 < len(tags) \
+                    and tags[i + 1].group(2) == "continue" and tags[i + 2].group(2) == "endif" \
+                    and not template[tag.end():tags[i + 1].start()].strip() \
+                    and not template[tags[i + 1].end():tags[i + 2].start()].strip():
+                condition, right = tag.group(3).strip(), tags[i + 2].group(4)
+                edits.append((tag.start(), tags[i + 2].end(), f"{{%{tag.group(1)} if not ({condition}) {right}%}}"))
+                stack[-1][2] += 1
+                i += 3
+                continue
+            stack.append([word, i, 0])
+        elif word == "set" and "=" not in tag.group(3):
+            stack.append(["set", i, 0])    # a block set, closed by endset
+        elif word.startswith("end") and stack:
+            kind, _, inserts = stack.pop()
+            if kind == "for" and inserts:
+                edits.append((tag.start(), tag.start(), f"{{%{tag.group(1)} endif %}}" * inserts))
+        elif word == "else" and stack and stack[-1][0] == "for" and stack[-1][2]:
+            return template, 0    # a for loop's else: where the new endif goes is not this simple
+        i += 1
+    if stack:
+        return template, 0        # unbalanced tags: leave the template alone
+    for start, end, replacement in sorted(edits, reverse=True):
+        template = template[:start] + replacement + template[end:]
+    return template, sum(1 for e in edits if e[0] != e[1])
+
+
+def _continue_flag(template: str) -> tuple:
+    """`{% continue %}` ending a branch of an `if` right inside a for loop's body: a flag set there instead
+    (`_cg_skip`, false at the top of each iteration) and the rest of the body, after the `if`'s `endif`, in
+    `{% if not _cg_skip %}...{% endif %}`; each new tag takes the whitespace control of the tag it stands
+    next to, so the bytes around it are stripped or kept as before (jinja2's `if` has no scope of its own)."""
+    tags = list(_TAG.finditer(template))
+    edits = []      # (at, end, replacement)
+    stack = []      # [kind, tag, {"flag": bool, "wraps": int}]
+    for i, tag in enumerate(tags):
+        word = tag.group(2)
+        nxt = tags[i + 1] if i + 1 < len(tags) else None
+        if word in ("for", "if", "macro", "call", "filter") or (word == "set" and "=" not in tag.group(3)):
+            stack.append([word, tag, {"flag": False, "wraps": 0, "skips": False}])
+        elif word == "continue":
+            if len(stack) < 2 or stack[-1][0] != "if" or stack[-2][0] != "for" or nxt is None \
+                    or nxt.group(2) not in ("elif", "else", "endif") or template[tag.end():nxt.start()].strip():
+                return template, 0    # a continue elsewhere: not this simple
+            edits.append((tag.start(), tag.end(), f"{{%{tag.group(1)} set _cg_skip = true {tag.group(4)}%}}"))
+            stack[-1][2]["skips"] = True
+        elif word.startswith("end") and stack:
+            kind, opened, info = stack.pop()
+            if kind == "if" and info["skips"]:
+                loop = stack[-1]
+                if not loop[2]["flag"]:
+                    loop[2]["flag"] = True
+                    edits.append((loop[1].end(), loop[1].end(), f"{{% set _cg_skip = false {loop[1].group(4)}%}}"))
+                edits.append((tag.end(), tag.end(), f"{{% if not _cg_skip {tag.group(4)}%}}"))
+                loop[2]["wraps"] += 1
+            if kind == "for" and info["wraps"]:
+                edits.append((tag.start(), tag.start(), f"{{%{tag.group(1)} endif %}}" * info["wraps"]))
+        elif word == "else" and stack and stack[-1][0] == "for" and stack[-1][2]["wraps"]:
+            return template, 0
+    if stack:
+        return template, 0
+    for at, end, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        template = template[:at] + replacement + template[end:]
+    return template, sum(1 for e in edits if "set _cg_skip = true" in e[2])
+
+
 REWRITES = (
     Rewrite("get-subscript", "`x.get(k, d)` spelled `(x[k] if k in x else d)`",
             ("tgi:c-a3eb7a9dad", "tgi:c-80744ccabe", "tgi:c-89f7610055", "tgi:c-37b9a67dd3",
@@ -74,6 +216,29 @@ REWRITES = (
             "to ASCII in `tojson`)",
             ("minijinja:c-22c6d44278", "minijinja:c-0f5f5c8a41", "minijinja:c-1afa10836d",
              "minijinja:c-966d6ac604"), _tojson_ensure_ascii),
+    Rewrite("iterable-not-none", "`x is iterable` spelled `(x is iterable and x is not none)` (none is iterable in "
+            "MiniJinja, not in jinja2)",
+            ("minijinja:c-8f6c61ce4d", "minijinja:c-b7e1261acf", "minijinja:c-f9f682cce3", "tgi:c-8f6c61ce4d",
+             "mistralrs:c-b51d97d739", "mistralrs-server:c-b51d97d739", "ferrox:c-dfb112ef8b",
+             "ferrox:c-b7e1261acf"), _iterable_not_none),
+    Rewrite("digit-subscript", "`x.0.y` spelled `x[0].y` (MiniJinja's lexer reads `.0.` as a float)",
+            ("tgi:c-dbf62c46d1", "mistralrs:c-dbf62c46d1", "mistralrs-server:c-dbf62c46d1"), _digit_subscript),
+    Rewrite("generation-exact", "`{%- generation -%}` spelled `{{- '' }}{% generation %}{{ '' -}}` (engines drop "
+            "the tag by its exact text; the empty prints keep the whitespace control)",
+            ("tgi:c-9ca88f1462", "tgi:c-c1fc9e0c4a"), _generation_exact),
+    Rewrite("continue-as-if", "`{% if c %}{% continue %}{% endif %}REST` in a loop spelled `{% if not (c) %}REST"
+            "{% endif %}` (no loop controls needed)",
+            ("mistralrs:c-c51266d765", "mistralrs:c-a4714d7fa8", "mistralrs-server:c-c51266d765",
+             "mistralrs-server:c-a4714d7fa8", "llamacpp:c-acde24dc41", "llamacpp:c-bef93cd7bb",
+             "hfjs:c-79c62c7784"), _continue_as_if),
+    Rewrite("continue-flag", "`{% continue %}` ending an `if` branch in a loop spelled as a flag and "
+            "`{% if not _cg_skip %}REST{% endif %}` (no loop controls needed)",
+            ("mistralrs:c-c51266d765", "mistralrs:c-a4714d7fa8", "mistralrs-server:c-c51266d765",
+             "mistralrs-server:c-a4714d7fa8", "llamacpp:c-acde24dc41", "llamacpp:c-bef93cd7bb",
+             "hfjs:c-79c62c7784"), _continue_flag),
+    Rewrite("default-true", "`x|default(d, true)` spelled `(x if x else d)` (TGI's MiniJinja takes one argument; "
+            "its baseline knows these cells by status only, 'too many arguments')",
+            ("tgi:unreduced-default-two-arguments",), _default_true),
 )
 
 
