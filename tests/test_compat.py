@@ -174,3 +174,23 @@ def test_a_corpus_template_with_its_own_tokens_gets_the_baselines_causes(tmp_pat
     assert template["template"]["corpus_id"] == "qwen-qwen2.5-7b-instruct"
     engine = template["engines"][0]
     assert {c["how"] for c in engine["causes"]} == {"baseline"} and engine["unexplained"] == 0
+
+
+def test_the_reports_say_which_engines_render_it_and_which_were_not_run():
+    from conformance.report import compat as writers
+
+    def engine(name, right, differs, refuses=0):
+        return {"engine": name, "version": "1", "cases": right + differs + refuses, "renders_right": not differs + refuses,
+                "counts": {"right": right, "differs": differs, "refuses": refuses, "no-answer": 0, "not-run": 0},
+                "causes": [], "failures": [], "unexplained": 0}
+    template = {"template": {"name": "t", "bos_token": None, "eos_token": None, "corpus_id": None},
+                "reference": {"cases": 3, "rendered": 3, "raised": 0, "failed": []},
+                "engines": [engine("minijinja", 3, 0), engine("tgi", 1, 1, 1)],
+                "not_run": [{"engine": "hfjs", "why": "the run's time limit was reached before this engine started"}],
+                "renders_right_everywhere": False}
+    line = writers.where_it_renders(template)
+    assert line == ("renders right on: minijinja; fails on: tgi (2 of 3 cases); not run: hfjs (the run's time limit "
+                    "was reached before this engine started)")
+    record = {"templates": [template], "renders_right_everywhere": False}
+    assert line in writers.terminal(record)
+    assert "renders right on: minijinja" in writers.markdown(record) and "not run: hfjs" in writers.html(record)

@@ -24,6 +24,17 @@ def _cause_line(cause: dict) -> str:
     return f"{cause['id']} [{known}]{where}: {cause['title'] or '(no title)'}"
 
 
+def where_it_renders(template: dict) -> str:
+    """Which engines render the template right, which fail it (with how many cases) and which were not run."""
+    right = [e["engine"] for e in template["engines"] if e["renders_right"]]
+    failing = [f"{e['engine']} ({e['counts']['differs'] + e['counts']['refuses'] + e['counts']['no-answer']} of "
+               f"{e['cases']} cases)" for e in template["engines"] if not e["renders_right"]]
+    parts = [f"renders right on: {', '.join(right) or 'none'}", f"fails on: {', '.join(failing) or 'none'}"]
+    if template.get("not_run"):
+        parts.append("not run: " + ", ".join(f"{n['engine']} ({n['why']})" for n in template["not_run"]))
+    return "; ".join(parts)
+
+
 def terminal(record: dict, detail: int = 5) -> str:
     lines = []
     for template in record["templates"]:
@@ -45,6 +56,7 @@ def terminal(record: dict, detail: int = 5) -> str:
                              + (f": {_short(failure['message'], 160)}" if failure.get("message") else ""))
             if len(loose) > detail:
                 lines.append(f"      ... {len(loose) - detail} more without a known cause (--format json lists all)")
+        lines.append(f"  {where_it_renders(template)}")
     lines.append("every selected engine renders every case right" if record["renders_right_everywhere"]
                  else "not every selected engine renders every case right")
     return "\n".join(lines)
@@ -69,6 +81,8 @@ def markdown(record: dict) -> str:
         out.append(f"## `{head['name']}`")
         out.append("")
         out.append(_reference(ref) + ".")
+        out.append("")
+        out.append(_md(where_it_renders(template)) + ".")
         out.append("")
         out.append("| engine | verdict | " + " | ".join(label for _, label in BUCKET_LABELS) + " |")
         out.append("|---|---|" + "---:|" * len(BUCKET_LABELS))
@@ -107,7 +121,8 @@ def html(record: dict) -> str:
              "</style></head><body><h1>chatgold compat</h1>"]
     for template in record["templates"]:
         head, ref = template["template"], template["reference"]
-        parts.append(f"<h2>{escape(head['name'])}</h2><p>{escape(_reference(ref))}.</p><table><tr><th>engine</th><th>verdict</th>"
+        parts.append(f"<h2>{escape(head['name'])}</h2><p>{escape(_reference(ref))}.</p>"
+                     f"<p>{escape(where_it_renders(template))}.</p><table><tr><th>engine</th><th>verdict</th>"
                      + "".join(f"<th>{escape(label)}</th>" for _, label in BUCKET_LABELS) + "</tr>")
         for engine in template["engines"]:
             cls = "ok" if engine["renders_right"] else "bad"
