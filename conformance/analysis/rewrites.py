@@ -214,8 +214,7 @@ REWRITES = (
              "mistralrs:c-c99060887a"), _get_subscript),
     Rewrite("tojson-ensure-ascii", "`|tojson(ensure_ascii=False)` spelled `|tojson` (the reference never escapes "
             "to ASCII in `tojson`)",
-            ("minijinja:c-22c6d44278", "minijinja:c-0f5f5c8a41", "minijinja:c-1afa10836d",
-             "minijinja:c-966d6ac604"), _tojson_ensure_ascii),
+            ("minijinja:c-22c6d44278",), _tojson_ensure_ascii),
     Rewrite("iterable-not-none", "`x is iterable` spelled `(x is iterable and x is not none)` (none is iterable in "
             "MiniJinja, not in jinja2)",
             ("minijinja:c-8f6c61ce4d", "minijinja:c-b7e1261acf", "minijinja:c-f9f682cce3", "tgi:c-8f6c61ce4d",
