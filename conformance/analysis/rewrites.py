@@ -308,3 +308,49 @@ def fix(text: str, base: dict, render: Callable[[str], dict]) -> tuple:
     rejected += [entry for _, entry in neutral]
     return current, record, {"applied": applied, "rejected": rejected, "before": right_counts(base),
                              "after": right_counts(record)}
+
+
+def corpus_count(engines: list, seed: int = 34, limit=None, out=None) -> dict:
+    """`--fix` over the corpus: every template the rewrites apply to (at least one site), in a seeded random
+    order (so a run cut short is a random sample), through compat with `engines`; one JSON line per template
+    to `out` as it goes. Returns the totals over the templates done."""
+    import json
+    import random
+
+    from conformance.analysis.compat import CompatOptions, UserTemplate, compat
+    from conformance.checkrun import CheckRun, ExplainOptions
+    from conformance.corpus.manifest import load_corpus
+
+    entries = sorted(load_corpus().by_id.values(), key=lambda e: e.id)
+    applicable = [e for e in entries if any(r.apply(e.source())[1] for r in REWRITES)]
+    random.Random(seed).shuffle(applicable)
+    options = CompatOptions(engines=list(engines), workers=1)
+    totals = {"templates": len(entries), "applicable": len(applicable), "done": 0, "kept": 0, "pairs": 0, "cells": 0}
+    for entry in applicable[:limit]:
+        def render(text: str, entry=entry) -> dict:
+            return compat(UserTemplate(entry.id, text, entry.bos_token, entry.eos_token), options, CheckRun,
+                          ExplainOptions)
+        _, _, section = fix(entry.source(), render(entry.source()), render)
+        gains = {e: section["after"][e] - section["before"][e] for e in section["before"]}
+        totals["done"] += 1
+        totals["kept"] += bool(section["applied"])
+        totals["pairs"] += sum(1 for g in gains.values() if g > 0)
+        totals["cells"] += sum(g for g in gains.values() if g > 0)
+        if out is not None:
+            out.write(json.dumps({"template": entry.id, "applied": [a["name"] for a in section["applied"]],
+                                  "gained": {e: g for e, g in gains.items() if g}}) + "\n")
+            out.flush()
+    return totals
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    import sys
+
+    parser = argparse.ArgumentParser(description="--fix over the corpus (a seeded random order; --limit N for a sample)")
+    parser.add_argument("--engines", default="minijinja,tgi,mistralrs")
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--seed", type=int, default=34)
+    args = parser.parse_args()
+    print(json.dumps(corpus_count(args.engines.split(","), args.seed, args.limit, sys.stdout)))
