@@ -209,7 +209,7 @@ def _continue_flag(template: str) -> tuple:
 
 REWRITES = (
     Rewrite("get-subscript", "`x.get(k, d)` spelled `(x[k] if k in x else d)`",
-            ("tgi:c-a3eb7a9dad", "tgi:c-80744ccabe", "tgi:c-89f7610055", "tgi:c-37b9a67dd3",
+            ("tgi:c-a3eb7a9dad", "tgi:c-80744ccabe", "tgi:c-89f7610055", "tgi:c-5dbadbda4d",
              "mistralrs:c-0cc4d0b23c", "mistralrs:c-2aa0b006f5", "mistralrs:c-ad10fd6447",
              "mistralrs:c-c99060887a"), _get_subscript),
     Rewrite("tojson-ensure-ascii", "`|tojson(ensure_ascii=False)` spelled `|tojson` (the reference never escapes "
@@ -235,9 +235,8 @@ REWRITES = (
             ("mistralrs:c-c51266d765", "mistralrs:c-a4714d7fa8", "mistralrs-server:c-c51266d765",
              "mistralrs-server:c-a4714d7fa8", "llamacpp:c-acde24dc41", "llamacpp:c-bef93cd7bb",
              "hfjs:c-79c62c7784"), _continue_flag),
-    Rewrite("default-true", "`x|default(d, true)` spelled `(x if x else d)` (TGI's MiniJinja takes one argument; "
-            "its baseline knows these cells by status only, 'too many arguments')",
-            ("tgi:unreduced-default-two-arguments",), _default_true),
+    Rewrite("default-true", "`x|default(d, true)` spelled `(x if x else d)` (TGI's MiniJinja takes one argument)",
+            ("tgi:c-7a84c4d907", "tgi:c-20bc5c39da"), _default_true),
 )
 
 
