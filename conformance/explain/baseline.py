@@ -132,8 +132,9 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
         else:
             known_bare.append({"template": result.template_id, "case": result.case_id, "status": str(result.status),
                                "reason": "the baseline knows this cell as it is, without a root cause"})
+    # The baseline's causes are tested as mechanisms before a new group is reduced (causes.look_up).
     options = {"cache": cache, "families": families, "engine_builtin": engine_builtin, "progress": progress,
-               "max_groups": max_groups, "goldens": goldens}
+               "max_groups": max_groups, "goldens": goldens, "known_causes": list(baseline.causes.values())}
     if budget:
         options["budget"] = budget
     fresh = explain(run, engine, reference, requests, only=need, **options)

@@ -38,6 +38,7 @@ from conformance.explain.cache import ExplainCache, code_identity, runner_identi
 from conformance.explain.driver import DriverStats, drive, render_pairs
 from conformance.explain.reduce import (
     DEFAULT_BUDGET,
+    BudgetSpent,
     Found,
     NotReproduced,
     Reduction,
@@ -214,15 +215,20 @@ class Plan:
 @dataclass
 class Task:
     """One group's work for the driver: its Reduction, run in full or (past the per-template limit) only
-    probed; `cache_key` is where a reduction's result is kept (None: not kept)."""
+    probed; `cache_key` is where a reduction's result is kept (None: not kept). `known`: the baseline's causes
+    whose mechanism may be this group's (look_up), tested first by rendering (_known_first)."""
 
     group: Group
     reduction: Reduction
     cache_key: Optional[str] = None
+    known: list = field(default_factory=list)
+    matched: str = ""          # the known cause whose mechanism the group showed, once tested
 
     def run(self):
         if self.group.not_reduced:
             return self.reduction.run_unreduced(self.group.not_reduced)
+        if self.known:
+            return _known_first(self)
         return self.reduction.run()
 
 
@@ -233,6 +239,7 @@ class LookUp:
     found: dict                # group key -> Found
     tasks: list                # [(group key, Task)], in the order they are to start
     used_cache: bool = False
+    with_known: int = 0        # tasks that test the baseline's known mechanisms before reducing
 
 
 @dataclass
@@ -244,13 +251,14 @@ class Reduced:
     renders: int = 0           # renders the reductions spent
     incomplete: int = 0        # reductions the budget cut short
     phases: dict = field(default_factory=dict)   # reduction pass -> renders
+    known_matched: int = 0     # groups a known cause's mechanism explained (no reduction of their template)
 
 
 def explain(results, engine, reference, requests: dict, goldens=None, cache: Optional[ExplainCache] = None,
             only: Optional[set] = None, families: Optional[dict] = None, budget: int = DEFAULT_BUDGET,
             parallel: int = 24, engine_builtin: bool = False, max_groups: Optional[int] = None,
             progress: Optional[Callable[[int, int], None]] = None,
-            log: Optional[Callable[[str], None]] = None) -> Explanation:
+            log: Optional[Callable[[str], None]] = None, known_causes: Iterable = ()) -> Explanation:
     """Explain the non-matching cells of one runner's judged results (judge.pipeline.RunnerResults).
 
     engine / reference: open runners (the reference is `get_runner("hf")`); requests: (template, case) ->
@@ -258,13 +266,15 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     case) cells to explain (default: every non-matching cell); families: template id -> family (reductions
     of one family hint each other); engine_builtin: the engine is a builtin runner whose version identifies
     it (for the cache); max_groups: reduce at most this many (template, symptom) groups per template, those
-    with the most cells first (the others' cells are unexplained, with that reason)."""
+    with the most cells first (the others' cells are unexplained, with that reason); known_causes: causes a baseline
+    already names (judge.expectations.KnownCause), whose mechanisms a group is tested against before it is
+    reduced (look_up)."""
     started = time.perf_counter()
     plan = plan_groups(results.results, requests, goldens or GoldenStore(), only, max_groups)
     engine_id = runner_identity(dict(results.info), builtin=engine_builtin, code=code_identity(engine))
     reference_info = reference.describe()
     reference_id = runner_identity(reference_info, builtin=True, code=code_identity(reference))
-    known = look_up(plan, cache, engine_id, reference_id, budget, families or {})
+    known = look_up(plan, cache, engine_id, reference_id, budget, families or {}, known_causes)
     if log is not None:
         log(f"{results.name}: {plan.targets} non-matching cells in {len(plan.groups)} (template, symptom) groups: "
             f"{len(known.tasks) - plan.probed} to reduce, {plan.probed} to probe, {len(known.found)} cached")
@@ -287,6 +297,8 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
         "cached": len(known.found),
         "renders": stats.renders, "reduction_renders": reduced.renders, "batches": stats.batches,
         "renders_by_pass": dict(sorted(reduced.phases.items(), key=lambda kv: -kv[1])),
+        "renders_per_group": round(reduced.renders / len(known.tasks), 1) if known.tasks else None,
+        "known_first": {"tested": known.with_known, "matched": reduced.known_matched},
         "budget_spent": reduced.incomplete,
         "causes": len(causes), "confirmed": sum(1 for c in causes if c.confirmed),
         "unexplained": len(unexplained), "no_answer": plan.no_answer,
@@ -351,14 +363,18 @@ def plan_groups(results: Iterable, requests: dict, goldens, only: Optional[set] 
 
 
 def look_up(plan: Plan, cache: Optional[ExplainCache], engine_id: Optional[str], reference_id: Optional[str],
-            budget: int = DEFAULT_BUDGET, families: Optional[dict] = None) -> LookUp:
+            budget: int = DEFAULT_BUDGET, families: Optional[dict] = None, known: Iterable = ()) -> LookUp:
     """Stage look up: each group's reduction from the cache (keyed by both runners' identities, the
-    representative's request and the symptom), or a Task to run. The tasks go round-robin over templates (a
-    template's first group before any second one), families together: a template's later groups and a
-    family's later templates then start with hints from finished ones."""
+    representative's request and the symptom), or a Task to run. A task first tests the known causes (the
+    baseline's, `known`: judge.expectations.KnownCause) whose mechanism its cells may show (known_mechanisms),
+    before any reduction. The tasks go round-robin over templates (a template's first group before any second
+    one), families together: a template's later groups and a family's later templates then start with hints
+    from finished ones."""
     use_cache = cache is not None and engine_id is not None and reference_id is not None
     found: dict = {}
     tasks: list = []
+    mechanisms = known_mechanisms(known)
+    with_known = 0
     for key, group in plan.groups.items():
         request = group.request
         cache_key = ExplainCache.key(engine_id, reference_id, request, group.symptom.key()) if use_cache else None
@@ -367,15 +383,121 @@ def look_up(plan: Plan, cache: Optional[ExplainCache], engine_id: Optional[str],
             found[key] = _found_from_dict(hit, request.template_id, request.case_id)
             continue
         # a probe is not a reduction: nothing worth keeping
+        candidates = [] if group.not_reduced else mechanisms_for(group, mechanisms)
+        with_known += bool(candidates)
         tasks.append((key, Task(group, Reduction(request, group.symptom, budget=budget),
-                                None if group.not_reduced else cache_key)))
+                                None if group.not_reduced else cache_key, candidates)))
     rank: dict = {}
     for key, _ in tasks:
         rank.setdefault(key[0], []).append(key)
     family_of = families or {}
     tasks.sort(key=lambda task: (rank[task[0][0]].index(task[0]), family_of.get(task[0][0], task[0][0]),
                                  task[0][0]))
-    return LookUp(found, tasks, use_cache)
+    return LookUp(found, tasks, use_cache, with_known)
+
+
+# -- known mechanisms first (part of the look-up stage) -----------------------------------------------------
+
+KNOWN_TRIES = 8   # known causes a group tests, at most (each is one render of its data on that cause's template)
+
+
+@dataclass
+class KnownMechanism:
+    """A baseline cause as a mechanism to test a new group against: its reproducer's template and what the
+    reproducer's data holds (data_features: the trigger must be in the group's data too)."""
+
+    id: str
+    template: str
+    status: Status
+    refusal: str
+    first: tuple
+    constructs: frozenset     # the culprit constructs (the group's template must use every one)
+    features: frozenset
+    case: dict                # the reproducer's data (conversation_dict form)
+
+
+def known_mechanisms(known: Iterable) -> list:
+    """The baseline's causes that can be tested as mechanisms: a reproducer that renders (template and case),
+    a recorded symptom, and a template that depends on what it is given (an engine that ignores the template
+    is found by its own probe). Reproducers are parsed once here, not once per group."""
+    out = []
+    for cause in known:
+        repro = getattr(cause, "repro", None) or {}
+        if not isinstance(repro.get("template"), str) or not isinstance(repro.get("case"), dict):
+            continue
+        try:
+            recorded = compare(outcome_from_dict(repro["reference"]), outcome_from_dict(repro["engine"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if recorded is None or not recorded.differs:
+            continue
+        constructs = cluster.constructs_of(repro["template"])
+        if "ignores the template" in (getattr(cause, "title", "") or "") or not constructs:
+            continue
+        out.append(KnownMechanism(cause.id, repro["template"], recorded.status, recorded.refusal, recorded.first,
+                                  frozenset(cluster.culprits(constructs)), frozenset(data_features(repro["case"])),
+                                  conversation_dict(Conversation.from_dict(repro["case"]))))
+    return out
+
+
+def mechanisms_for(group: Group, mechanisms: list) -> list:
+    """The known mechanisms this group's cells may show, to test by rendering (at most KNOWN_TRIES): the same
+    kind of outcome (a refusal the same refusal), every culprit construct in the group's template, and the
+    reproducer's trigger in the group's data. Those showing the same first difference come first."""
+    if not mechanisms:
+        return []
+    target = group.symptom
+    constructs = set(cluster.constructs_of(group.request.template))
+    features = data_features(group.request.conversation.to_dict())
+    fitting = []
+    for mechanism in mechanisms:
+        if mechanism.status != target.status or not mechanism.constructs <= constructs:
+            continue
+        if target.status != Status.DIVERGED and mechanism.refusal != target.refusal:
+            continue
+        if not mechanism.features <= features:
+            continue
+        fitting.append((mechanism.first != target.first, len(mechanism.template), mechanism.id, mechanism))
+    fitting.sort(key=lambda item: item[:3])
+    return [item[3] for item in fitting[:KNOWN_TRIES]]
+
+
+def _known_first(task: Task):
+    """A group's task when known mechanisms may explain it: each mechanism's reproducer template rendered with
+    the group's own data, all in one batch; the first that differs exactly as the group does (Symptom.keeps:
+    the same first difference, or the same refusal) is the group's mechanism: its own reproducer stands for the
+    group when it shows the group's difference too (one render more), else the group's case is reduced on that
+    template (already a minimal reproducer) and made 1-minimal. None does: the full reduction runs, reusing
+    what these renders found (the reduction's memo)."""
+    reduction = task.reduction
+    conversation = conversation_dict(reduction.original.conversation)
+    reduction.phase = "known"
+    requests = [reduction._request(m.template, conversation) for m in task.known]
+    try:
+        pairs = yield from reduction.render(requests)
+    except BudgetSpent:
+        pairs = []
+    for mechanism, request, pair in zip(task.known, requests, pairs):
+        symptom = compare(*pair)
+        if symptom is None or not symptom.keeps(reduction.target):
+            continue
+        task.matched = mechanism.id
+        reduction.best = (request, pair, symptom)
+        try:
+            # The known reproducer itself, when it shows this group's difference: nothing left to reduce.
+            if (yield from reduction.test(mechanism.template, mechanism.case)):
+                best_request, best_pair, best_symptom = reduction.best
+                return Found(best_request, best_pair[0], best_pair[1], best_symptom, reduction.renders, True,
+                             dict(reduction.phase_renders))
+            yield from reduction.reduce_case(request.template, conversation)
+            reduction.phase = "onestep"
+            yield from reduction.onestep()
+        except BudgetSpent:
+            reduction.complete = False
+        best_request, best_pair, best_symptom = reduction.best
+        return Found(best_request, best_pair[0], best_pair[1], best_symptom, reduction.renders, reduction.complete,
+                     dict(reduction.phase_renders))
+    return (yield from reduction.run())
 
 
 def reduce_groups(plan: Plan, known: LookUp, reference, engine, stats: DriverStats,
@@ -423,6 +545,7 @@ def reduce_groups(plan: Plan, known: LookUp, reference, engine, stats: DriverSta
                          make=hint, failed=lambda key, exc: NotReproduced(
                              f"the reducer failed ({type(exc).__name__}: {exc}); please report it", 0))
     reduced = Reduced(dict(known.found), [])
+    reduced.known_matched = sum(1 for _, task in known.tasks if task.matched)
     for group_key, outcome in outcomes.items():
         if isinstance(outcome, Found):
             reduced.found[group_key] = outcome
