@@ -107,6 +107,30 @@ def cmd_expectations_update(args) -> int:
     return EXIT_OK
 
 
+def cmd_expectations_merge(args) -> int:
+    from conformance.judge.baseline_merge import load_part, merge_expectations
+    from conformance.judge.expectations import ExpectationsError
+    from conformance.judge.pipeline import parse_shard
+
+    runner = args.runner.split("@")[0]
+    directory = update_directory(args.runner, args.expectations)
+    parts = []
+    try:
+        for shard, path in args.part:
+            try:
+                index, count = parse_shard(shard)
+            except ValueError as exc:
+                raise UserError(str(exc)) from None
+            parts.append((index, count, load_part(path, runner)))
+        merged, counts = merge_expectations(runner, parts, directory)
+    except ExpectationsError as exc:
+        raise UserError(str(exc)) from None
+    print(f"{merged.path}: {counts['cells']} known non-matching cells in {counts['templates']} templates from "
+          f"{counts['shards']} shards; {counts['causes']} root causes ({counts['found_in_several']} found in "
+          f"several shards, kept once), {counts['causes_without_reason']} without a reason yet")
+    return EXIT_OK
+
+
 def update_directory(spec: str, directory):
     """Where `expectations update` writes: the folder the user chose; for a `command:` harness without one,
     ./chatgold-expectations; a runner the suite ships needs the folder named (the suite's own baselines change
@@ -178,6 +202,18 @@ def register(sub) -> None:
                    help="explain every non-matching cell afresh (default: cells the baseline knows keep their cause)")
     add_cache_option(p)
     p.set_defaults(func=cmd_expectations_update)
+
+    p = expectations.add_parser(
+        "merge", help="combine baselines recorded by `expectations update --shard I/N` into one",
+        description="Each template's cells come from the recording of the shard that owns it; causes are "
+                    "deduplicated by id, each with the smallest reproducer a shard confirmed and every reason "
+                    "the shards carried.")
+    p.add_argument("--runner", required=True, metavar="R")
+    p.add_argument("--part", nargs=2, action="append", required=True, metavar=("I/N", "PATH"),
+                   help="shard I of N and its recorded baseline (the file, or the folder holding <runner>.json); "
+                        "once per shard")
+    add_expectations_dir(p)
+    p.set_defaults(func=cmd_expectations_merge)
 
     report = sub.add_parser("report", help="divergence reports").add_subparsers(
         dest="report_command", metavar="ACTION", required=True)
