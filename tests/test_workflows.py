@@ -147,3 +147,22 @@ def test_site_workflow_publishes_the_scheduled_runs_report():
     gate = yaml.safe_load((WORKFLOWS / "conformance.yml").read_text())
     upload = next(s for s in gate["jobs"]["gate"]["steps"] if s.get("name") == "Upload shard report")
     assert set(upload["with"]["path"].split()) == {"reports/report.json", "reports/report.cells.jsonl.gz"}
+
+
+def test_the_baseline_recording_workflow_records_shards_and_merges_them():
+    """record-baseline.yml: a matrix of `expectations update --shard I/N` jobs, then one `expectations merge`
+    given every shard's recording (the options it passes are the CLI's own)."""
+    from conformance.cli import build_parser
+
+    flow = yaml.safe_load((WORKFLOWS / "record-baseline.yml").read_text())
+    record, merge = flow["jobs"]["record"], flow["jobs"]["merge"]
+    assert "fromJSON(needs.plan.outputs.shards)" in record["strategy"]["matrix"]["shard"]
+    recording = next(s for s in record["steps"] if s.get("name") == "Record")
+    assert "expectations update" in recording["run"] and '--shard "$SHARD"' in recording["run"]
+    assert recording["env"]["SHARD"] == "${{ matrix.shard }}/${{ inputs.shards }}"
+    assert merge["needs"] == "record"
+    merging = next(s for s in merge["steps"] if s.get("name") == "Merge")
+    assert "expectations merge" in merging["run"] and '--part "$i/$SHARDS"' in merging["run"]
+    args = build_parser().parse_args(["expectations", "merge", "--runner", "llamacpp", "--expectations", "out",
+                                      "--part", "1/2", "a", "--part", "2/2", "b"])
+    assert args.part == [["1/2", "a"], ["2/2", "b"]]
