@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from conformance.explain import cluster
+from conformance.explain import cluster, formats
 from conformance.explain.cache import ExplainCache, code_identity, runner_identity
 from conformance.explain.driver import DriverStats, drive, render_pairs
 from conformance.explain.reduce import (
@@ -270,6 +270,14 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     already names (judge.expectations.KnownCause), whose mechanisms a group is tested against before it is
     reduced (look_up)."""
     started = time.perf_counter()
+    detect = formats.detector_for(results.name)
+    if detect is not None:
+        # An engine that writes built-in formats picked from the template text: causes by format (formats.py).
+        found, unexplained, by_format = formats.explain_by_format(
+            results, engine, reference, requests, goldens or GoldenStore(), detect, _reduction_runner(engine, log),
+            budget, parallel, only, progress)
+        unexplained.sort(key=lambda u: (u["template"], u["case"]))
+        return Explanation(dict(results.info), reference.describe(), found, unexplained, by_format)
     plan = plan_groups(results.results, requests, goldens or GoldenStore(), only, max_groups)
     engine_id = runner_identity(dict(results.info), builtin=engine_builtin, code=code_identity(engine))
     reference_info = reference.describe()

@@ -1,0 +1,186 @@
+"""Causes of an engine that renders built-in formats instead of the template (llama.cpp without Jinja).
+
+llama.cpp's built-in route (`llama_chat_apply_template`) never evaluates a template: it picks one of its
+hard-coded formats by substrings of the template text (runners/llamacpp/builtin.py ports the rules) and writes
+that format. A cell's cause is therefore the format detected and the rule that picked it, with how the cell
+differs: one cause per (format, rule, symptom), where the symptom is the engine's refusal (a template no rule
+knows, tools without Jinja) or the kind of difference (the format's prompt differs from the template's; the
+format renders where the template refuses). Reducing the template would only change which format is picked,
+so its reproducer keeps the whole template (the input that picks the format) and the conversation is reduced
+(reduce.Reduction without template passes), on the engine's reduction runner, then rendered again on the
+engine itself and kept only if it still differs as it did.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Callable, Optional
+
+from conformance.explain.driver import DriverStats, drive, render_pairs
+from conformance.explain.reduce import DEFAULT_BUDGET, Found, Reduction, conversation_dict
+from conformance.explain.signature import Symptom, compare, symptom_for
+from conformance.judge.status import NO_ANSWER, NON_MATCHING, Status, gain_if_fixed
+
+# A format cause's reproducer: the smallest cells of its group, tried in order until one is confirmed.
+TRIES = 3
+
+
+def _llamacpp_detect(template: str) -> tuple:
+    from runners.llamacpp.builtin import detect
+
+    found = detect(template)
+    return found.name, found.rule
+
+
+# Engines whose outcome is decided by a built-in format picked from the template text: runner name -> the
+# port of their detection (template -> (format or None, rule)).
+DETECTORS: dict = {"llamacpp-builtin": _llamacpp_detect}
+
+
+def detector_for(runner_name: str) -> Optional[Callable]:
+    return DETECTORS.get((runner_name or "").split("@")[0])
+
+
+def symptom_kind(symptom: Symptom) -> str:
+    """What of a symptom names a format cause: a refusal by its text (the engine's own: 'not supported',
+    'tools param requires --jinja'); otherwise the status (what the format prints differs per template)."""
+    if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
+        return f"{symptom.status}|{symptom.refusal}"
+    return str(symptom.status)
+
+
+def cause_id(runner: str, name: Optional[str], rule: str, kind: str) -> str:
+    text = json.dumps([runner, name, rule, kind], ensure_ascii=False)
+    return "f-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+
+
+def title_of(name: Optional[str], rule: str, symptom: Symptom, engine_message: str = "") -> str:
+    picked = f"built-in format `{name}` ({rule})" if name else f"no built-in format ({rule})"
+    if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
+        return f"{picked}: the engine refuses ({(engine_message or symptom.refusal).splitlines()[0][:80]})"
+    if symptom.status == Status.ENGINE_RENDERED:
+        return f"{picked}: the format renders where the template refuses"
+    return f"{picked}: the format's hard-coded prompt differs from the template's"
+
+
+def _size(result, requests: dict) -> tuple:
+    request = requests[result.key]
+    return (len(json.dumps(conversation_dict(request.conversation), sort_keys=True)), len(request.template),
+            result.key)
+
+
+def explain_by_format(results, engine, reference, requests: dict, goldens, detect: Callable,
+                      reducer=None, budget: int = DEFAULT_BUDGET, parallel: int = 24, only: Optional[set] = None,
+                      progress=None) -> tuple:
+    """(causes, unexplained, stats) for the non-matching cells (of `only`) of an engine that writes built-in
+    formats: causes.Cause objects keyed by (format, rule, symptom kind), each confirmed on `engine`."""
+    from conformance.explain.causes import (
+        Cause,
+        _scratch_artefacts,
+        _unexplained,
+        engine_outcome,
+        no_answer_reason,
+    )
+
+    started = time.perf_counter()
+    runner = results.name
+    formats: dict = {}     # template text -> (name, rule)
+    groups: dict = {}      # cause id -> {"name", "rule", "kind", "cells": [(result, symptom)]}
+    unexplained: list = []
+    targets = no_answer = 0
+    for result in results.results:
+        if only is not None and result.key not in only:
+            continue
+        if result.status in NO_ANSWER:
+            targets += 1
+            no_answer += 1
+            unexplained.append(_unexplained(result, no_answer_reason(result)))
+            continue
+        if result.status not in NON_MATCHING:
+            continue
+        targets += 1
+        symptom = symptom_for(result.status, goldens(*result.key), engine_outcome(result))
+        if symptom is None or not symptom.differs:
+            unexplained.append(_unexplained(result, "no golden to compare with" if symptom is None else
+                                            "the golden and the engine's outcome no longer differ"))
+            continue
+        template = requests[result.key].template
+        if template not in formats:
+            formats[template] = detect(template)
+        name, rule = formats[template]
+        kind = symptom_kind(symptom)
+        entry = groups.setdefault(cause_id(runner, name, rule, kind),
+                                  {"name": name, "rule": rule, "kind": kind, "cells": []})
+        entry["cells"].append((result, symptom))
+    stats = DriverStats()
+    # The conversation of each group's smallest cell reduced on the reduction runner (the template stays whole).
+    tasks = []
+    for key, entry in groups.items():
+        entry["cells"].sort(key=lambda pair: _size(pair[0], requests))
+        result, symptom = entry["cells"][0]
+        tasks.append((key, Reduction(requests[result.key], symptom, budget=budget, reduce_template=False)))
+    done = [0]
+
+    def on_done(key, outcome) -> None:
+        done[0] += 1
+        if progress:
+            progress(done[0], len(tasks))
+
+    with _scratch_artefacts(reducer or engine, idle=parallel):
+        reduced = drive(tasks, reference, reducer or engine, parallel=parallel, on_done=on_done, stats=stats,
+                        failed=lambda key, exc: None)
+    reduction_renders = sum(getattr(o, "renders", 0) for o in reduced.values() if o is not None)
+    # Confirm on the engine itself: the reduced reproducer, else the group's smallest cells as they are.
+    candidates = {}
+    for key, entry in groups.items():
+        listed = []
+        outcome = reduced.get(key)
+        if isinstance(outcome, Found):
+            listed.append(outcome.request)
+        listed += [requests[r.key] for r, _ in entry["cells"][:TRIES]]
+        candidates[key] = listed
+    confirmed: dict = {}
+    with _scratch_artefacts(engine):
+        _confirm(candidates, groups, confirmed, reference, engine, stats)
+    causes = []
+    for key, entry in groups.items():
+        found = confirmed.get(key)
+        if found is None:
+            for result, _ in entry["cells"]:
+                unexplained.append(_unexplained(result, "its reproducer did not differ in the same way when "
+                                                        "rendered again (is the engine deterministic?)"))
+            continue
+        cause = Cause(id=key, key=f"{entry['name']}#{entry['rule']}#{entry['kind']}",
+                      title=title_of(entry["name"], entry["rule"], found.symptom,
+                                     getattr(found.engine, "message", "")),
+                      constructs=[], all_constructs=[], symptom=found.symptom, found=found, confirmed=True)
+        for result, _ in entry["cells"]:
+            cause.cells.append(result.key)
+            cause.statuses[str(result.status)] = cause.statuses.get(str(result.status), 0) + 1
+        causes.append(cause)
+    figure = results.figure()
+    for cause in causes:
+        cause.conformance_if_fixed, cause.gain = gain_if_fixed(figure, len(cause.cells))
+    causes.sort(key=lambda c: (-len(c.cells), c.id))
+    out = {"cells": targets, "groups": len(groups), "reduced": len(tasks), "probed": 0, "cached": 0,
+           "renders": stats.renders, "reduction_renders": reduction_renders, "batches": stats.batches,
+           "causes": len(causes), "confirmed": len(causes), "unexplained": len(unexplained),
+           "no_answer": no_answer, "by_format": True, "seconds": round(time.perf_counter() - started, 3)}
+    return causes, unexplained, out
+
+
+def _confirm(candidates: dict, groups: dict, confirmed: dict, reference, engine, stats) -> None:
+    """Render each group's candidates on both sides, in order, until one differs as the group's cells do."""
+    pending = {key: 0 for key in groups}
+    while pending:
+        order = list(pending)
+        pairs = render_pairs(reference, engine, [candidates[key][pending[key]] for key in order], stats)
+        still = {}
+        for key, (ref, eng) in zip(order, pairs):
+            symptom = compare(ref, eng)
+            if symptom is not None and symptom.differs and symptom_kind(symptom) == groups[key]["kind"]:
+                confirmed[key] = Found(candidates[key][pending[key]], ref, eng, symptom, 0, True)
+            elif pending[key] + 1 < len(candidates[key]):
+                still[key] = pending[key] + 1
+        pending = still
