@@ -38,6 +38,10 @@ WHY_NOT = {
     "paperkiln": {"*": "paperkiln resolves a template to a record by the sha256 of its exact text: any smaller "
                        "template is unknown to it (\"raw completion only\"), so the whole template is the "
                        "reproducer; only the conversation is reduced"},
+    "llamacpp-builtin": {"*": "llama.cpp without Jinja never evaluates the template: it picks a built-in format "
+                              "by substrings of the template text (llm_chat_detect_template), so a smaller "
+                              "template is another input (another format, or none); the whole template is the "
+                              "reproducer of its format's cause and only the conversation is reduced"},
 }
 
 # runner -> {cause id: why its reproducer is not 1-minimal}

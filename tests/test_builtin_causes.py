@@ -1,0 +1,57 @@
+"""llamacpp-builtin by cause (explain/formats.py): a non-matching cell's cause is the built-in format llama.cpp
+detects for its template and the rule that picked it, with the symptom; one cause per (format, rule, symptom),
+each confirmed on the real server, its reproducer the whole template (the input that picks the format) with a
+reduced conversation."""
+from __future__ import annotations
+
+import pytest
+
+from conformance.checkrun import check_cells
+from conformance.explain import explain
+from conformance.explain.formats import cause_id, symptom_kind
+from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell
+from conformance.judge.status import NON_MATCHING
+from runners import get_runner
+from runners.llamacpp import LlamaCppBuiltinRunner, build_llama_server
+from runners.llamacpp.builtin import detect
+
+# chatml (right and wrong), llama3, and a template no rule recognises
+TEMPLATES = ["01-ai-yi-coder-9b-chat", "qwen-qwen2.5-7b-instruct", "meta-llama-llama-3.1-8b-instruct",
+             "microsoft-dialogpt-medium"]
+CASES = ["chat-single-user", "chat-system", "chat-multi-turn", "tools-one", "chat-whitespace-padded"]
+
+
+@pytest.fixture(scope="module")
+def explained():
+    build_llama_server()
+    cells = Selection.load(TEMPLATES, CASES).cells()
+    with LlamaCppBuiltinRunner(timeout=20.0, workers=2) as engine, get_runner("hf", workers=2) as reference:
+        results = check_cells(engine, cells, GoldenJudge(), tokens=False)
+        yield results, explain(results, engine, reference, requests_by_cell(cells)), requests_by_cell(cells)
+
+
+def test_every_cell_is_under_its_format_cause(explained):
+    results, explanation, requests = explained
+    failing = {r.key: r for r in results.results if r.status in NON_MATCHING}
+    assert len(failing) > 10 and not explanation.unexplained, explanation.unexplained[:3]
+    by_cell = explanation.cause_of()
+    assert set(by_cell) == set(failing)
+    formats = set()
+    for cause in explanation.causes:
+        assert cause.confirmed and cause.id.startswith("f-")
+        names = {detect(requests[cell].template) for cell in cause.cells}
+        assert len(names) == 1, (cause.title, names)   # one format and rule per cause
+        detection = names.pop()
+        formats.add(detection.name)
+        assert (f"`{detection.name}`" if detection.name else "no built-in format") in cause.title
+        assert detection.rule in cause.title
+        # one symptom: every cell's shows the cause's kind, and the id is that of (format, rule, kind)
+        assert cause.id == cause_id("llamacpp-builtin", detection.name, detection.rule,
+                                    symptom_kind(cause.found.symptom))
+        # the reproducer keeps a whole template of the cause (it picks the format), its data reduced
+        assert cause.found.request.template in {requests[cell].template for cell in cause.cells}
+        assert len(cause.found.request.messages) <= 2
+    assert {"chatml", "llama3", None} <= formats
+    # one cause per (format, rule, symptom): the tools refusal of chatml templates is one cause, not one per template
+    chatml_tools = [c for c in explanation.causes if "`chatml`" in c.title and "tools param" in c.title]
+    assert len(chatml_tools) == 1 and chatml_tools[0].templates == 2
