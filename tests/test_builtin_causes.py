@@ -38,7 +38,7 @@ def test_every_cell_is_under_its_format_cause(explained):
     assert set(by_cell) == set(failing)
     formats = set()
     for cause in explanation.causes:
-        assert cause.confirmed and cause.id.startswith("f-")
+        assert cause.confirmed and cause.id.startswith("c-")
         names = {detect(requests[cell].template) for cell in cause.cells}
         assert len(names) == 1, (cause.title, names)   # one format and rule per cause
         detection = names.pop()

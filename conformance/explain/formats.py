@@ -52,7 +52,7 @@ def symptom_kind(symptom: Symptom) -> str:
 
 def cause_id(runner: str, name: Optional[str], rule: str, kind: str) -> str:
     text = json.dumps([runner, name, rule, kind], ensure_ascii=False)
-    return "f-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
+    return "c-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:10]
 
 
 def title_of(name: Optional[str], rule: str, symptom: Symptom, engine_message: str = "") -> str:
