@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from conformance import schema_validator
 from conformance.checkrun import check_cells
 from conformance.explain import explain
 from conformance.explain.formats import cause_id, symptom_kind
@@ -36,6 +37,7 @@ def test_every_cell_is_under_its_format_cause(explained):
     assert len(failing) > 10 and not explanation.unexplained, explanation.unexplained[:3]
     by_cell = explanation.cause_of()
     assert set(by_cell) == set(failing)
+    schema_validator("explain.schema.json").validate(explanation.to_dict())
     formats = set()
     for cause in explanation.causes:
         assert cause.confirmed and cause.id.startswith("c-")
