@@ -309,15 +309,16 @@ def fix(text: str, base: dict, render: Callable[[str], dict]) -> tuple:
                              "after": right_counts(record)}
 
 
-def corpus_count(engines: list, seed: int = 34, limit=None, out=None) -> dict:
+def corpus_count(engines: list, check_run: Callable, explain_options: Callable, seed: int = 34, limit=None,
+                 out=None) -> dict:
     """`--fix` over the corpus: every template the rewrites apply to (at least one site), in a seeded random
     order (so a run cut short is a random sample), through compat with `engines`; one JSON line per template
-    to `out` as it goes. Returns the totals over the templates done."""
+    to `out` as it goes. Returns the totals over the templates done. check_run / explain_options as compat
+    takes them (the caller hands in conformance.checkrun's, a floor above this one)."""
     import json
     import random
 
     from conformance.analysis.compat import CompatOptions, UserTemplate, compat
-    from conformance.checkrun import CheckRun, ExplainOptions
     from conformance.corpus.manifest import load_corpus
 
     entries = sorted(load_corpus().by_id.values(), key=lambda e: e.id)
@@ -327,8 +328,8 @@ def corpus_count(engines: list, seed: int = 34, limit=None, out=None) -> dict:
     totals = {"templates": len(entries), "applicable": len(applicable), "done": 0, "kept": 0, "pairs": 0, "cells": 0}
     for entry in applicable[:limit]:
         def render(text: str, entry=entry) -> dict:
-            return compat(UserTemplate(entry.id, text, entry.bos_token, entry.eos_token), options, CheckRun,
-                          ExplainOptions)
+            return compat(UserTemplate(entry.id, text, entry.bos_token, entry.eos_token), options, check_run,
+                          explain_options)
         _, _, section = fix(entry.source(), render(entry.source()), render)
         gains = {e: section["after"][e] - section["before"][e] for e in section["before"]}
         totals["done"] += 1
@@ -341,15 +342,3 @@ def corpus_count(engines: list, seed: int = 34, limit=None, out=None) -> dict:
             out.flush()
     return totals
 
-
-if __name__ == "__main__":
-    import argparse
-    import json
-    import sys
-
-    parser = argparse.ArgumentParser(description="--fix over the corpus (a seeded random order; --limit N for a sample)")
-    parser.add_argument("--engines", default="minijinja,tgi,mistralrs")
-    parser.add_argument("--limit", type=int)
-    parser.add_argument("--seed", type=int, default=34)
-    args = parser.parse_args()
-    print(json.dumps(corpus_count(args.engines.split(","), args.seed, args.limit, sys.stdout)))

@@ -108,7 +108,7 @@ def cmd_expectations_update(args) -> int:
 
 
 def cmd_expectations_merge(args) -> int:
-    from conformance.judge.baseline_merge import load_part, merge_expectations
+    from conformance.explain.baseline_merge import load_part, merge_expectations
     from conformance.judge.expectations import ExpectationsError
     from conformance.judge.pipeline import parse_shard
 
