@@ -141,7 +141,7 @@ class CheckRun:
     def _judged(self, runner, progress: Progress, expectations: Optional[Expectations]) -> RunnerResults:
         started = time.perf_counter()
         outcomes = self.outcomes(runner, progress)
-        info = runner_info(runner, time.perf_counter() - started)
+        info = runner_info(runner, time.perf_counter() - started, [cell.request for cell in self.cells])
         name = str(info.get("name", "runner"))
         if expectations is None:  # a command: harness is never held against a baseline the suite ships
             directory = baseline_directory(getattr(runner, "suite_baseline", True), self.expectations_dir)

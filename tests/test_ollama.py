@@ -188,7 +188,7 @@ def test_go_route_renders_the_curated_template_and_refuses_what_ollama_refuses(r
     assert isinstance(outcomes[5], Skipped) and "custom" in outcomes[5].message
     assert isinstance(outcomes[6], Raised) and outcomes[6].refusal == RefusalKind.UNSUPPORTED
     assert isinstance(outcomes[7], Rendered) and "def get_weather(city: string, ) -> List[Dict]" in outcomes[7].text
-    facts = runner.template_facts()
+    facts = runner.template_facts_of([chat(chatml, user, "chatml"), chat(command_r, user, "command-r")])
     assert facts["chatml"] == {"ollama.route": "go-template", "ollama.template": "chatml", "ollama.distance": 0}
     assert facts["command-r"]["ollama.template"] == "command-r"
 
@@ -273,5 +273,31 @@ def test_fallback_renders_the_jinja_through_llama_cpp_after_ollamas_checks(runne
     assert outcomes[2] == Rendered("1 tools[user]Hi")
     assert isinstance(outcomes[3], Raised) and outcomes[3].refusal == RefusalKind.UNSUPPORTED
     assert isinstance(outcomes[4], Skipped)
-    assert runner.template_facts()["tools"] == {"ollama.route": "fallback", "ollama.template": None,
-                                                "ollama.distance": None}
+    assert runner.template_facts_of([chat(TOOLS, user, "tools")])["tools"] == {
+        "ollama.route": "fallback", "ollama.template": None, "ollama.distance": None}
+
+
+def test_the_choice_is_reported_for_cells_the_store_answers_and_candidates_never_overwrite_it(runner):
+    """A warm run renders nothing (the result store answers every cell), and a cause reducer's candidates keep
+    their original's template id: the report's choice must still be the corpus template's own."""
+    from conformance.render.stage import runner_info
+
+    chatml = entry("chatml")
+    user = [{"role": "user", "content": "Hi"}]
+    candidate = chat(PLAIN + "{# a reducer's candidate #}", user, "kept")  # far from every index entry
+    assert selection.choose(candidate.template).route == selection.ROUTE_FALLBACK
+    list(runner.render_many([candidate]))
+    facts = runner_info(runner, requests=[chat(chatml, user, "kept")])["template_facts"]
+    assert facts == {"kept": {"ollama.route": "go-template", "ollama.template": "chatml", "ollama.distance": 0}}
+
+
+def test_a_reducers_scratch_space_reaches_the_llama_cpp_route(runner, tmp_path):
+    """Candidates on the Jinja route write a GGUF each: they go to the reducer's scratch folder, not the models
+    cache, and the reducer's idle servers are kept (LlamaCppRunner.scratch_space)."""
+    fallback = runner._fallback_runner()
+    kept = fallback.models_dir
+    with runner.scratch_space(tmp_path, idle=1):
+        assert fallback.models_dir == tmp_path and fallback.idle_servers == 1
+        assert isinstance(runner.render(chat(TOOLS, [{"role": "user", "content": "Hi"}], "tools")), Rendered)
+        assert list(tmp_path.iterdir())
+    assert fallback.models_dir == kept

@@ -24,13 +24,18 @@ def render(runner, cells: Sequence, progress: Optional[Callable[[int, int], None
     return outcomes
 
 
-def runner_info(runner, seconds: Optional[float] = None) -> dict:
+def runner_info(runner, seconds: Optional[float] = None, requests: Sequence[RenderRequest] = ()) -> dict:
     """The runner's description for judged results, with what it decided per template (Runner.template_facts:
-    e.g. llama.cpp's built-in format), which the report shows beside each template. Call after rendering."""
+    e.g. llama.cpp's built-in format), which the report shows beside each template. Call after rendering.
+    A runner whose facts follow from the request alone (`template_facts_of`, e.g. Ollama's template choice)
+    reports them for every requested template, the ones the result store answered included."""
     info = dict(runner.describe())
     if seconds is not None:
         info["seconds"] = round(seconds, 3)
     facts = runner.template_facts()
+    of_requests = getattr(runner, "template_facts_of", None)
+    if of_requests is not None:
+        facts = {**of_requests(requests), **facts}
     if facts:
         info["template_facts"] = facts
     return info

@@ -15,6 +15,7 @@ template variables other than enable_thinking.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import threading
@@ -81,16 +82,21 @@ class OllamaRunner(Runner):
         self.fallback_spec = fallback
         self._fallback: Optional[Runner] = None
         self._fallback_error: Optional[str] = None
-        self._facts: dict = {}
         self._lock = threading.Lock()
 
     # -- the choice --------------------------------------------------------------------------------------
     def choice(self, template: str) -> Choice:
         return selection.choose_cached(template)
 
-    def template_facts(self) -> dict:
-        with self._lock:
-            return dict(self._facts)
+    def template_facts_of(self, requests: Iterable[RenderRequest]) -> dict:
+        """Ollama's choice for each labelled template among these requests. The choice depends on the template
+        text alone, so it is reported for cells the result store answers too (render_many never sees them),
+        and a reducer's candidates, which carry their original's template id, cannot overwrite it."""
+        facts: dict = {}
+        for request in requests:
+            if request.template_id and request.template_id not in facts:
+                facts[request.template_id] = self.choice(request.template).facts()
+        return facts
 
     def describe(self) -> dict:
         info = super().describe()
@@ -136,6 +142,14 @@ class OllamaRunner(Runner):
                     self._fallback_error = str(exc)
             return self._fallback
 
+    @contextlib.contextmanager
+    def scratch_space(self, folder: Path, idle: int = 0):
+        """A reducer's candidates on the Jinja route are llama.cpp's: their GGUFs go under `folder`, not the
+        models cache, and `idle` servers stay up between batches (LlamaCppRunner.scratch_space)."""
+        fallback = self._fallback_runner()
+        with (fallback.scratch_space(folder, idle=idle) if fallback is not None else contextlib.nullcontext()):
+            yield
+
     # -- rendering ---------------------------------------------------------------------------------------
     def render(self, request: RenderRequest) -> Outcome:
         return next(iter(self.render_many([request])))
@@ -146,9 +160,6 @@ class OllamaRunner(Runner):
         go_cells, jinja_cells = [], []
         for index, request in enumerate(requests):
             choice = self.choice(request.template)
-            if request.template_id:
-                with self._lock:
-                    self._facts[request.template_id] = choice.facts()
             if choice.route == ROUTE_RENDERER:
                 outcomes[index] = Skipped(f"Ollama's hand-written {choice.renderer} renderer is not reproduced")
                 continue
