@@ -136,3 +136,60 @@ def test_the_registry_offers_every_kind_of_step():
     assert {"drop-message", "drop-field", "smaller-value", "simpler-expression", "drop-node"} <= steps
     sizes = [measure for measure, *_ in listed]
     assert sizes == sorted(sizes)   # smallest first
+
+
+# A template that checks its conversation, the way many corpus templates do: the reference refuses a system
+# message; otherwise it prints its own format.
+CHECKING = """{%- for message in messages %}
+  {%- if message.role == 'system' %}
+    {{- raise_exception('System messages are not allowed.') }}
+  {%- endif %}
+  {{- '<|' + message.role + '|>' + message.content }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+  {{- '<|assistant|>' }}
+{%- endif %}
+"""
+
+
+def _reduce(source: str, messages: list, engine, reference):
+    from conformance.explain.driver import drive, render_pairs
+    from conformance.explain.reduce import Reduction
+    from conformance.explain.signature import compare
+    from runners.base import Conversation, RenderRequest
+
+    request = RenderRequest(source, Conversation(messages=messages, add_generation_prompt=True), "<s>", "</s>",
+                            "t", "c")
+    (pair,) = render_pairs(reference, engine, [request])
+    target = compare(*pair)
+    assert target is not None and target.differs
+    return drive([("c", Reduction(request, target))], reference, engine)["c"]
+
+
+def _as_repro(found) -> dict:
+    request = found.request
+    return {"template": request.template, "case": request.conversation.to_dict(), "bos_token": request.bos_token,
+            "eos_token": request.eos_token}
+
+
+def test_an_engine_that_ignores_the_template_gets_a_one_line_reproducer(reference):
+    """chatml-builtin never reads the template: the difference is the reference's side, which changes with
+    every smaller template. Its reproducer is still reduced (to the one line that refuses, or to nothing when
+    both render), not kept whole as the old reducer did (39 of its 58 stored reproducers were over 10 lines,
+    the largest 643), and it is 1-minimal with the template steps applied."""
+    with get_runner("chatml-builtin", workers=1) as engine:
+        refused = _reduce(CHECKING, [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+                          engine, reference)
+        assert refused.ignores_template and refused.complete
+        assert refused.template.strip() == "{{- raise_exception('System messages are not allowed.') }}", \
+            refused.template
+        assert refused.reference.kind == "raised" and refused.engine.kind == "rendered"
+        diverged = _reduce(CHECKING, [{"role": "user", "content": "Hi"}], engine, reference)
+        assert diverged.ignores_template and tpl.lines_of(diverged.template) <= 1, diverged.template
+        assert diverged.reference.text != diverged.engine.text
+        for found in (refused, diverged):
+            verdict = is_one_minimal(_as_repro(found), engine, reference)
+            assert verdict, verdict.kept[:1] or verdict.reason
+        # The whole template is not 1-minimal for it: a template step keeps the difference.
+        whole = is_one_minimal({**_as_repro(refused), "template": CHECKING}, engine, reference)
+        assert not whole and any(SHRINKS[name][0] == "template" for name, _, _ in whole.kept)

@@ -22,8 +22,9 @@ from conformance.files import ENCODING_ERRORS, atomic_write
 # its own key order (two cases that differ only in key order are different inputs: `tojson`, `items()`), and
 # an empty engine output no longer reads as "the engine ignores the template". 5: slices are dropped when the
 # difference does not need them. 6: the "ignores the template" probe renders a plain-text template, not an empty
-# one (llama.cpp puts ChatML in place of an empty template).
-REDUCER_VERSION = 14
+# one (llama.cpp puts ChatML in place of an empty template). 15: an engine that ignores the template is shown the
+# smallest template on which the reference differs from it (the whole template was kept).
+REDUCER_VERSION = 15
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks
 

@@ -215,8 +215,8 @@ def is_one_minimal(reproducer: dict, engine, reference=None, template: Optional[
     """Whether a stored reproducer (a cause's `repro`: template, case, bos_token, eos_token) is 1-minimal for
     this engine: rendered as it is, it must differ from the reference, and no registered single step may keep
     that difference. `reference`: an open reference runner (default: `get_runner("hf")`, closed after).
-    `template`: whether template steps apply (default: yes, unless the engine renders the case the same with
-    a template of plain text, when only the data is the reproducer's)."""
+    `template`: whether template steps apply (default: yes; an engine that renders the case the same with a
+    template of plain text is held to its own output on template steps, see `keeps`)."""
     from conformance.explain.driver import render_pairs
     from conformance.explain.reduce import PROBE_TEMPLATE, _answer
     from conformance.explain.signature import compare
@@ -236,13 +236,14 @@ def is_one_minimal(reproducer: dict, engine, reference=None, template: Optional[
         target = compare(ref, eng)
         if target is None or not target.differs:
             return Verdict(False, 0, [], f"it does not differ ({eng.kind} against {ref.kind})")
-        if template is None:
-            template = not (_answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref))
+        ignores = _answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref)
+        template = True if template is None else template
         listed = candidates(source, conversation, template=template, parse=tpl.parses(source))
         pairs = render_pairs(reference, engine, [request(s, c) for _, _, s, c, _ in listed])
         kept = []
         for (_, name, s, c, rename), pair in zip(listed, pairs):
-            if keeps(compare(*pair), target, (ref, eng), rename):
+            own = pair if ignores and c == conversation else None
+            if keeps(compare(*pair), target, (ref, eng), rename, own=own):
                 kept.append((name, s, c))
         return Verdict(not kept, len(listed), kept)
     finally:
@@ -250,15 +251,24 @@ def is_one_minimal(reproducer: dict, engine, reference=None, template: Optional[
             reference.close()
 
 
-def keeps(symptom, target, pair: tuple, rename) -> bool:
+def keeps(symptom, target, pair: tuple, rename, own: Optional[tuple] = None) -> bool:
     """Whether a candidate's symptom keeps `target`, the symptom of `pair` (reference, engine outcomes). A
     candidate that renamed a literal (old -> new) keeps a difference of different bytes when its first edit
-    is the target's first edit with the literal renamed in it."""
+    is the target's first edit with the literal renamed in it.
+
+    `own`: the candidate's (reference, engine) pair when the engine ignores the template (it renders the case
+    the same with a template of plain text) and the candidate changed only the template. Its difference is
+    the engine's own output, whatever the template: the candidate keeps it when the engine gives the same
+    answer as in `pair` and the sides still differ in the same kind. The reference's side changes with every
+    template, so its first edit cannot be held (a refusal, the reference's, still must be the same)."""
     from conformance.explain.signature import normalise_text, raw_edits
     from conformance.judge.status import Status
 
     if symptom is None:
         return False
+    if own is not None and symptom.status == target.status == Status.DIVERGED and \
+            _same_answer(own[1], pair[1]):
+        return True
     if rename is None or target.status != Status.DIVERGED or not target.first:
         return symptom.keeps(target)
     if symptom.status != Status.DIVERGED:
@@ -276,6 +286,11 @@ def keeps(symptom, target, pair: tuple, rename) -> bool:
     # target's (in order), an insertion still an insertion, a deletion still a deletion.
     mine, theirs = _marks(symptom.first), _marks(target.first)
     return all(bool(m) == bool(t) and _subsequence(m, t) for m, t in zip(mine, theirs))
+
+
+def _same_answer(a, b) -> bool:
+    return (a.kind, getattr(a, "text", None), getattr(a, "message", None)) == \
+        (b.kind, getattr(b, "text", None), getattr(b, "message", None))
 
 
 def _subsequence(short: str, long_: str) -> bool:

@@ -151,16 +151,33 @@ class Reduction:
         request = self._request(source, conversation)
         (pair,) = yield from self.render([request])
         symptom = compare(*pair)
-        if symptom is None or not symptom.keeps(self.target):
+        if symptom is None:
             return False
+        if not symptom.keeps(self.target):
+            own = self._own(request, pair)
+            if own is None or not minimal.keeps(symptom, self.target, self.best[1], None, own=own):
+                return False
+            if remember:
+                self.target = symptom   # the reference's side changed with the template: follow it
         if remember:
             self.best = (request, pair, symptom)
         return True
 
+    def _own(self, request: RenderRequest, pair: Pair) -> Optional[Pair]:
+        """The candidate's pair when the engine ignores the template and the candidate changed only the
+        template (its data is the best pair's): minimal.keeps then holds the engine's side to the best's."""
+        if not self.ignores_template or self.best is None:
+            return None
+        if _canonical(conversation_dict(request.conversation)) != \
+                _canonical(conversation_dict(self.best[0].conversation)):
+            return None
+        return pair
+
     def template_ignored(self, source: str, conversation: dict) -> Steps:
         """Whether the engine gives the same outcome for this case with a template of plain text while the
-        reference does not: an engine that renders its own format whatever the template says. Its template
-        cannot be reduced (every smaller template changes only the reference's side). Plain text, not an empty
+        reference does not: an engine that renders its own format whatever the template says. Its template is
+        still reduced, to the smallest on which the reference differs from the engine's own output (every
+        smaller template changes only the reference's side: minimal.keeps follows it). Plain text, not an empty
         template: llama.cpp (and others) put a built-in format in place of an empty one, which is the engine's
         own output for a template that *is* that format."""
         full, probe = yield from self.render([self._request(source, conversation),
@@ -207,8 +224,9 @@ class Reduction:
             if self.reduce_template:
                 self.phase = "probe"
                 self.ignores_template = yield from self.template_ignored(tpl.source_of(tree), conversation)
-                self.reduce_template = not self.ignores_template and (
-                    yield from self.template_sensitive(tpl.source_of(tree), conversation))
+                # An engine that ignores the template is still shown the smallest template on which the
+                # reference differs from it (minimal.keeps: its own output held, the reference's followed).
+                self.reduce_template = yield from self.template_sensitive(tpl.source_of(tree), conversation)
             if self.reduce_template:
                 self.phase = "hint"
                 tree, settled = yield from self.apply_hints(tree, conversation)
@@ -288,8 +306,9 @@ class Reduction:
             for index, (candidate, pair) in enumerate(zip(requests, pairs)):
                 symptom = compare(*pair)
                 rename = chunk[index][4]
-                if minimal.keeps(symptom, self.target, self.best[1], rename):
-                    if rename is not None and symptom.status == Status.DIVERGED:
+                own = self._own(candidate, pair)
+                if minimal.keeps(symptom, self.target, self.best[1], rename, own=own):
+                    if (rename is not None or own is not None) and symptom.status == Status.DIVERGED:
                         self.target = replace(self.target, edits=symptom.edits, first=symptom.first)
                     self.best = (candidate, pair, symptom)
                     return offset + index
