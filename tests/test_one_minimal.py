@@ -4,10 +4,10 @@ through its engine, it still differs from the reference while no single register
 (WHY_NOT), and an exemption nothing needs any more fails the test, so the list stays true.
 
 Sizes are checked for every baseline (reading the files only). 1-minimality is checked by rendering for the
-engines a test run has cheaply (MiniJinja's binding, hfjs on node, the evaluator-based example harnesses);
-the product runners (llama.cpp, TGI, mistral.rs, llama-cpp-python) are checked by the same function where they
-are built (`is_one_minimal(cause["repro"], runner)`). A failure lists every reproducer that is not 1-minimal
-with the step that still reproduces.
+engines a test run has cheaply (MiniJinja's binding, hfjs on node, the evaluator-based example harnesses,
+llama-cpp-python's formatter and mistral.rs's binding, both built by scripts/setup.sh); llama.cpp and TGI are
+checked by the same function where they are built (`is_one_minimal(cause["repro"], runner)`). A failure lists
+every reproducer that is not 1-minimal with the step that still reproduces.
 """
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ MAX_LINES = 10
 BASELINES = sorted(p.stem for p in EXPECTATIONS.glob("*.json"))
 # Baselines recorded by mechanism, every reproducer reduced to 1-minimal (`chatgold expectations update
 # --runner R --reexplain`, reasons carried over): held to both checks.
-RE_RECORDED = {"minijinja", "hfjs", "paperkiln", "ferrox"}
+RE_RECORDED = {"minijinja", "hfjs", "paperkiln", "ferrox", "chatml-builtin", "llama-cpp-python", "mistralrs"}
 # Of those, the engines cheap to render here: their reproducers are rendered again, every candidate step too.
-RENDERED = {"minijinja", "hfjs", "ferrox", "paperkiln", "chatml-builtin"}
+RENDERED = {"minijinja", "hfjs", "ferrox", "paperkiln", "chatml-builtin", "llama-cpp-python", "mistralrs"}
 # Baselines recorded before 1-minimal reduction whose reproducers exceed MAX_LINES (their owners re-record
 # them); a strict xfail, so re-recording one makes this list wrong until it is taken out.
-OVERSIZED = {"tgi", "llamacpp", "chatml-builtin", "llama-cpp-python"}
+OVERSIZED = {"tgi", "llamacpp"}
 # runner -> {cause id, or "*" for all: why its reproducer may exceed MAX_LINES}: only an engine that never
 # evaluates the template (so no smaller template is the same input to it) may keep a whole one.
 WHY_NOT = {
