@@ -52,6 +52,24 @@ def llamacpp_models(cached_source_root) -> Path:
     return base / MODELS_DIR
 
 
+@pytest.fixture(scope="module")
+def planted(request):
+    """(reference, engine): the reference and the HF-faithful jinja2 harness (tests/harnesses/buggy_jinja2.py)
+    with the bugs the test module names in PLANTED."""
+    import shlex
+    import sys
+
+    from runners import get_runner
+
+    harness = Path(__file__).parent / "harnesses" / "buggy_jinja2.py"
+    argv = [sys.executable, str(harness)] + [arg for bug in request.module.PLANTED for arg in ("--bug", bug)]
+    engine = get_runner("command:" + shlex.join(argv), workers=1, timeout=20)
+    reference = get_runner("hf", workers=1)
+    yield reference, engine
+    engine.close()
+    reference.close()
+
+
 @pytest.fixture(scope="session")
 def hf_renderer():
     from runners.hf import HFRenderer

@@ -12,9 +12,6 @@ bug shown with other data, or through another key of the data, keeps one id.
 """
 from __future__ import annotations
 
-import shlex
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -24,23 +21,12 @@ from conformance.explain.signature import compare
 from runners import get_runner
 from runners.base import Conversation, RenderRequest
 
-HARNESS = Path(__file__).parent / "harnesses" / "buggy_jinja2.py"
-BUGS = ("eos-token-unbound", "generation-prompt-ignored", "null-keys-kept")
+PLANTED = ("eos-token-unbound", "generation-prompt-ignored", "null-keys-kept")
 
 
-@pytest.fixture(scope="module")
-def runners():
-    argv = [sys.executable, str(HARNESS)] + [arg for bug in BUGS for arg in ("--bug", bug)]
-    engine = get_runner("command:" + shlex.join(argv), workers=1, timeout=20)
-    reference = get_runner("hf", workers=1)
-    yield reference, engine
-    engine.close()
-    reference.close()
-
-
-def _ids(runners, reproducers: dict) -> dict:
+def _ids(planted, reproducers: dict) -> dict:
     """name -> (cause id, title) of a reproducer (template, messages, extra conversation fields) rendered."""
-    reference, engine = runners
+    reference, engine = planted
     requests = {}
     for name, (template, messages, extra) in reproducers.items():
         conversation = Conversation(messages=messages, add_generation_prompt=True, **extra)
@@ -57,9 +43,9 @@ def _ids(runners, reproducers: dict) -> dict:
     return out
 
 
-def test_unrelated_bugs_that_print_nothing_are_two_causes(runners):
+def test_unrelated_bugs_that_print_nothing_are_two_causes(planted):
     hi = [{"role": "user", "content": "hi"}]
-    ids = _ids(runners, {
+    ids = _ids(planted, {
         "eos": ("{{ eos_token }}", hi, {}),
         "prompt": ("{% if add_generation_prompt %}X{% endif %}", hi, {}),
     })
@@ -69,9 +55,9 @@ def test_unrelated_bugs_that_print_nothing_are_two_causes(runners):
     assert ids["prompt"][1] == "`add_generation_prompt`: prints nothing"
 
 
-def test_one_bug_in_other_data_is_one_cause(runners):
+def test_one_bug_in_other_data_is_one_cause(planted):
     tools = [{"type": "function", "function": {"name": "f", "parameters": {}}}]
-    ids = _ids(runners, {
+    ids = _ids(planted, {
         "eos": ("{{ eos_token }}", [{"role": "user", "content": "hi"}], {}),
         "eos-more-data": ("{{ eos_token }}", [{"role": "system", "content": "S"}, {"role": "user", "content": "x"},
                                               {"role": "assistant", "content": "y"}], {"tools": tools}),

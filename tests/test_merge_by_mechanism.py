@@ -10,9 +10,6 @@ reproducers' data share an incidental feature (here add_generation_prompt, as TG
 """
 from __future__ import annotations
 
-import shlex
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,25 +18,14 @@ from conformance.explain.causes import Cause, _merge_by_mechanism
 from conformance.explain.driver import DriverStats, render_pairs
 from conformance.explain.reduce import Found
 from conformance.explain.signature import compare
-from runners import get_runner
 from runners.base import Conversation, RenderRequest
 
-HARNESS = Path(__file__).parent / "harnesses" / "buggy_jinja2.py"
+PLANTED = ("bos-doubled", "null-keys-kept")
 
 
-@pytest.fixture(scope="module")
-def runners():
-    argv = [sys.executable, str(HARNESS), "--bug", "bos-doubled", "--bug", "null-keys-kept"]
-    engine = get_runner("command:" + shlex.join(argv), workers=1, timeout=20)
-    reference = get_runner("hf", workers=1)
-    yield reference, engine
-    engine.close()
-    reference.close()
-
-
-def _causes(runners, reproducers: dict) -> dict:
+def _causes(planted, reproducers: dict) -> dict:
     """name -> a Cause built from its reproducer (template, messages, bos_token) rendered on both sides."""
-    reference, engine = runners
+    reference, engine = planted
     requests = {name: RenderRequest(template, Conversation(messages=messages, add_generation_prompt=True), bos,
                                     None, f"t-{name}", "c")
                 for name, (template, messages, bos) in reproducers.items()}
@@ -57,10 +43,10 @@ def _causes(runners, reproducers: dict) -> dict:
     return out
 
 
-def test_a_cause_takes_another_only_when_it_is_that_mechanism(runners):
-    reference, engine = runners
+def test_a_cause_takes_another_only_when_it_is_that_mechanism(planted):
+    reference, engine = planted
     null_name = [{"role": "user", "content": "hi", "name": None}]
-    causes = _causes(runners, {
+    causes = _causes(planted, {
         "bos": ("{{ bos_token }}", [{"role": "user", "content": "hi"}], "<s>"),
         "name": ("{{ messages[0].name }}", null_name, None),
         "name-loop": ("{% for c in messages[0].name %}{{ c }}{% endfor %}", null_name, None),
