@@ -19,6 +19,7 @@ from conformance.explain import cluster
 from conformance.explain.driver import render_pairs
 from conformance.explain.signature import compare
 from runners import get_runner
+from planted_support import differing
 from runners.base import Conversation, RenderRequest
 
 PLANTED = ("eos-token-unbound", "generation-prompt-ignored", "null-keys-kept")
@@ -26,17 +27,12 @@ PLANTED = ("eos-token-unbound", "generation-prompt-ignored", "null-keys-kept")
 
 def _ids(planted, reproducers: dict) -> dict:
     """name -> (cause id, title) of a reproducer (template, messages, extra conversation fields) rendered."""
-    reference, engine = planted
     requests = {}
     for name, (template, messages, extra) in reproducers.items():
         conversation = Conversation(messages=messages, add_generation_prompt=True, **extra)
         requests[name] = RenderRequest(template, conversation, "<s>", "</s>", f"t-{name}", "c")
-    pairs = render_pairs(reference, engine, list(requests.values()))
     out = {}
-    for (name, request), (ref, eng) in zip(requests.items(), pairs):
-        symptom = compare(ref, eng)
-        assert symptom is not None and symptom.differs, (name, ref, eng)
-        constructs = cluster.constructs_of(request.template)
+    for name, request, ref, eng, symptom, constructs in differing(planted, requests):
         paths = cluster.read_paths(request.template, request.conversation.to_dict())
         key = cluster.cause_key(symptom, constructs, ref, eng, paths=paths)
         out[name] = (cluster.cause_id(key), cluster.title(symptom, constructs, ref, eng, paths=paths))

@@ -15,9 +15,9 @@ import pytest
 
 from conformance.explain import cluster
 from conformance.explain.causes import Cause, _merge_by_mechanism
-from conformance.explain.driver import DriverStats, render_pairs
+from conformance.explain.driver import DriverStats
 from conformance.explain.reduce import Found
-from conformance.explain.signature import compare
+from planted_support import differing
 from runners.base import Conversation, RenderRequest
 
 PLANTED = ("bos-doubled", "null-keys-kept")
@@ -25,16 +25,11 @@ PLANTED = ("bos-doubled", "null-keys-kept")
 
 def _causes(planted, reproducers: dict) -> dict:
     """name -> a Cause built from its reproducer (template, messages, bos_token) rendered on both sides."""
-    reference, engine = planted
     requests = {name: RenderRequest(template, Conversation(messages=messages, add_generation_prompt=True), bos,
                                     None, f"t-{name}", "c")
                 for name, (template, messages, bos) in reproducers.items()}
-    pairs = render_pairs(reference, engine, list(requests.values()))
     out = {}
-    for (name, request), (ref, eng) in zip(requests.items(), pairs):
-        symptom = compare(ref, eng)
-        assert symptom is not None and symptom.differs, (name, ref, eng)
-        constructs = cluster.constructs_of(request.template)
+    for name, request, ref, eng, symptom, constructs in differing(planted, requests):
         key = cluster.cause_key(symptom, constructs, ref, eng)
         out[name] = Cause(id=cluster.cause_id(key), key=key, title=cluster.title(symptom, constructs, ref, eng),
                           constructs=cluster.culprits(constructs), all_constructs=constructs, symptom=symptom,
