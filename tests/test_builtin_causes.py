@@ -1,7 +1,8 @@
 """llamacpp-builtin by cause (explain/formats.py): a non-matching cell's cause is the built-in format llama.cpp
 detects for its template and the rule that picked it, with the symptom; one cause per (format, rule, symptom),
-each confirmed on the real server, its reproducer the whole template (the input that picks the format) with a
-reduced conversation."""
+each confirmed on the real server, its reproducer the template cut to the text that picks the same format by the
+same rule (or, when the cut does not differ as the cells do, a whole template of the cause) with a reduced
+conversation."""
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,7 @@ import pytest
 from conformance import schema_validator
 from conformance.checkrun import check_cells
 from conformance.explain import explain
-from conformance.explain.formats import cause_id, symptom_kind
+from conformance.explain.formats import _llamacpp_detect, cause_id, cut_template, symptom_kind
 from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell
 from conformance.judge.status import NON_MATCHING
 from runners import get_runner
@@ -39,6 +40,7 @@ def test_every_cell_is_under_its_format_cause(explained):
     assert set(by_cell) == set(failing)
     schema_validator("explain.schema.json").validate(explanation.to_dict())
     formats = set()
+    cut = 0
     for cause in explanation.causes:
         assert cause.confirmed and cause.id.startswith("c-")
         names = {detect(requests[cell].template) for cell in cause.cells}
@@ -50,10 +52,16 @@ def test_every_cell_is_under_its_format_cause(explained):
         # one symptom: every cell's shows the cause's kind, and the id is that of (format, rule, kind)
         assert cause.id == cause_id("llamacpp-builtin", detection.name, detection.rule,
                                     symptom_kind(cause.found.symptom))
-        # the reproducer keeps a whole template of the cause (it picks the format), its data reduced
-        assert cause.found.request.template in {requests[cell].template for cell in cause.cells}
+        # the reproducer's template picks the cause's format by the same rule: cut from a template of the cause
+        # (at most a line or two), or that whole template; its data reduced
+        template = cause.found.request.template
+        wholes = {requests[cell].template for cell in cause.cells}
+        assert detect(template) == detection
+        assert template in wholes or template in {cut_template(w, _llamacpp_detect) for w in wholes}
         assert len(cause.found.request.messages) <= 2
+        cut += template not in wholes
     assert {"chatml", "llama3", None} <= formats
+    assert cut >= len(explanation.causes) // 2, cut   # most reproducers are cut, not whole templates
     # one cause per (format, rule, symptom): the tools refusal of chatml templates is one cause, not one per template
     chatml_tools = [c for c in explanation.causes if "`chatml`" in c.title and "tools param" in c.title]
     assert len(chatml_tools) == 1 and chatml_tools[0].templates == 2

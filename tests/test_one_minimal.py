@@ -39,9 +39,11 @@ WHY_NOT = {
                        "template is unknown to it (\"raw completion only\"), so the whole template is the "
                        "reproducer; only the conversation is reduced"},
     "llamacpp-builtin": {"*": "llama.cpp without Jinja never evaluates the template: it picks a built-in format "
-                              "by substrings of the template text (llm_chat_detect_template), so a smaller "
-                              "template is another input (another format, or none); the whole template is the "
-                              "reproducer of its format's cause and only the conversation is reduced"},
+                              "by substrings of the template text (llm_chat_detect_template). A reproducer is the "
+                              "template cut to the text that picks the same format by the same rule (one line), "
+                              "except where the difference needs the template's own refusal on the reference "
+                              "side (the format renders where the template refuses): the cut does not refuse, "
+                              "so the whole template stays, its conversation reduced"},
 }
 
 # runner -> {cause id: why its reproducer is not 1-minimal}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from dataclasses import replace
 from typing import Callable, Optional
 
 from conformance.explain.driver import DriverStats, drive, render_pairs
@@ -40,6 +41,36 @@ DETECTORS: dict = {"llamacpp-builtin": _llamacpp_detect}
 
 def detector_for(runner_name: str) -> Optional[Callable]:
     return DETECTORS.get((runner_name or "").split("@")[0])
+
+
+def _ddmin(items: list, keeps: Callable) -> list:
+    """The smallest sublist (order kept) that `keeps` holds for, by removing ever smaller chunks (delta
+    debugging's complement steps); 1-minimal: no single item can go."""
+    chunk = max(1, len(items) // 2)
+    while items:
+        start, removed = 0, False
+        while start < len(items):
+            candidate = items[:start] + items[start + chunk:]
+            if candidate and keeps(candidate):
+                items, removed = candidate, True
+            else:
+                start += chunk
+        if chunk == 1 and not removed:
+            break
+        chunk = max(1, chunk // 2) if not removed else chunk
+    return items
+
+
+def cut_template(template: str, detect: Callable) -> str:
+    """The smallest text that `detect` gives the same (format, rule) as `template`: its lines first, then its
+    characters. Pure string work on the detection port: the engine only confirms the result."""
+    target = detect(template)
+
+    def same(text: str) -> bool:
+        return detect(text) == target
+
+    lines = _ddmin(template.splitlines(keepends=True), lambda kept: same("".join(kept)))
+    return "".join(_ddmin(list("".join(lines)), lambda kept: same("".join(kept))))
 
 
 def symptom_kind(symptom: Symptom) -> str:
@@ -114,31 +145,52 @@ def explain_by_format(results, engine, reference, requests: dict, goldens, detec
                                   {"name": name, "rule": rule, "kind": kind, "cells": []})
         entry["cells"].append((result, symptom))
     stats = DriverStats()
-    # The conversation of each group's smallest cell reduced on the reduction runner (the template stays whole).
-    tasks = []
+    # Each group's smallest cell, its template cut to the text that picks the same format, rendered once on the
+    # reduction runner: where it still differs in the group's kind its conversation is reduced on the cut
+    # template, else on the whole one.
+    starts: dict = {}
     for key, entry in groups.items():
         entry["cells"].sort(key=lambda pair: _size(pair[0], requests))
         result, symptom = entry["cells"][0]
-        tasks.append((key, Reduction(requests[result.key], symptom, budget=budget, reduce_template=False)))
+        starts[key] = (requests[result.key], symptom)
+    cut_starts = {key: replace(request, template=cut_template(request.template, detect))
+                  for key, (request, _) in starts.items()}
+    cut_starts = {key: request for key, request in cut_starts.items() if request.template != starts[key][0].template}
     done = [0]
 
     def on_done(key, outcome) -> None:
         done[0] += 1
         if progress:
-            progress(done[0], len(tasks))
+            progress(done[0], len(starts))
 
     with _scratch_artefacts(reducer or engine, idle=parallel):
+        order = list(cut_starts)
+        for key, (ref, eng) in zip(order, render_pairs(reference, reducer or engine,
+                                                       [cut_starts[key] for key in order], stats)):
+            symptom = compare(ref, eng)
+            if symptom is not None and symptom.differs and symptom_kind(symptom) == groups[key]["kind"]:
+                starts[key] = (cut_starts[key], symptom)
+        tasks = [(key, Reduction(request, symptom, budget=budget, reduce_template=False))
+                 for key, (request, symptom) in starts.items()]
         reduced = drive(tasks, reference, reducer or engine, parallel=parallel, on_done=on_done, stats=stats,
                         failed=lambda key, exc: None)
     reduction_renders = sum(getattr(o, "renders", 0) for o in reduced.values() if o is not None)
-    # Confirm on the engine itself: the reduced reproducer, else the group's smallest cells as they are.
+    # Confirm on the engine itself: the reduced reproducer on the cut template, then on the whole one, else the
+    # group's smallest cells as they are (each cut first).
     candidates = {}
+    cuts: dict = {}
     for key, entry in groups.items():
-        listed = []
+        whole = [requests[r.key] for r, _ in entry["cells"][:TRIES]]
         outcome = reduced.get(key)
         if isinstance(outcome, Found):
-            listed.append(outcome.request)
-        listed += [requests[r.key] for r, _ in entry["cells"][:TRIES]]
+            whole.insert(0, outcome.request)
+        listed = []
+        for request in whole:
+            if request.template not in cuts:
+                cuts[request.template] = cut_template(request.template, detect)
+            if cuts[request.template] != request.template:
+                listed.append(replace(request, template=cuts[request.template]))
+            listed.append(request)
         candidates[key] = listed
     confirmed: dict = {}
     with _scratch_artefacts(engine):
