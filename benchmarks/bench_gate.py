@@ -132,13 +132,13 @@ def run_gate(selection: list, report_dir: Path, env_extra: Optional[dict] = None
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:schemathesis", "-p",
             "no:hypothesispytest", "-p", "no:xdist", "-p", "no:logging", "--assert=plain", "-q", "--pyargs",
             "conformance.gate",
-            "--snapshot-warn-unused", "--chatgold-report", str(report_dir)]
+            "--snapshot-warn-unused", f"--chatgold-report={report_dir}"]
     for runner in RUNNERS:
         argv += ["--chatgold-runner", runner]
     argv += selection + list(extra)
     timings_file = report_dir.parent / f"{report_dir.name}.timings.json"
     if timings:
-        argv += ["--chatgold-timings", str(timings_file)]
+        argv += [f"--chatgold-timings={timings_file}"]
     env = {**os.environ, "CHATGOLD_ROOT": str(ROOT), **(env_extra or {})}  # env_extra may move the root
     load = os.getloadavg()[0]
     started = time.perf_counter()

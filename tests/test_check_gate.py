@@ -54,7 +54,7 @@ def _gate(env, cwd, report_dir=None, explain=True):
             "-k", "test_engine_matches_expectations", "--chatgold-runner", "minijinja", "--chatgold-workers", "1",
             "--chatgold-template", TEMPLATE] + [x for c in CASES for x in ("--chatgold-case", c)]
     if report_dir:
-        argv += ["--chatgold-report", str(report_dir)]
+        argv += [f"--chatgold-report={report_dir}"]
     if not explain:
         argv.append("--chatgold-no-explain")
     return _run(argv, env, cwd)

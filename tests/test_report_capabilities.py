@@ -191,7 +191,7 @@ def test_the_gate_report_carries_the_section(tmp_path, llama_server_binary):
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *_plugin_args(), "-q", "--pyargs",
          "conformance.gate", "-k", "test_engine_matches_expectations", "--chatgold-runner", "llamacpp",
-         "--chatgold-workers", "1", *_selection("--chatgold-"), "--chatgold-report", str(tmp_path / "reports")],
+         "--chatgold-workers", "1", *_selection("--chatgold-"), f"--chatgold-report={tmp_path / 'reports'}"],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     report_path = tmp_path / "reports" / "report.json"
     assert report_path.exists(), done.stdout[-3000:] + done.stderr[-2000:]

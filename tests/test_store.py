@@ -321,7 +321,7 @@ def _gate(tmp_path, report: str, *extra):
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, "-q", "--pyargs", "conformance.gate",
             "--chatgold-runner", "minijinja", "--chatgold-runner", "evaluator", "--chatgold-workers", "1",
             "--chatgold-template", TEMPLATE, *[x for c in CASES for x in ("--chatgold-case", c)],
-            "--chatgold-report", str(tmp_path / report), *extra]
+            f"--chatgold-report={tmp_path / report}", *extra]
     env = dict(os.environ, PYTHONPATH=str(REPO), CHATGOLD_RESULTS_DIR=str(tmp_path / "store"))
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
 

@@ -25,8 +25,8 @@ def _gate(tmp_path: Path, report: str, *extra) -> subprocess.CompletedProcess:
 
     plugin = [] if any(e.name == "chatgold" for e in entry_points(group="pytest11")) else ["-p", "conformance.gate.plugin"]
     argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, "-q", "--pyargs", "conformance.gate",
-            "--chatgold-workers", "1", "--chatgold-report", str(tmp_path / report),
-            "--chatgold-timings", str(tmp_path / f"{report}.timings.json"), *extra]
+            "--chatgold-workers", "1", f"--chatgold-report={tmp_path / report}",
+            f"--chatgold-timings={tmp_path / f'{report}.timings.json'}", *extra]
     for runner in RUNNERS:
         argv += ["--chatgold-runner", runner]
     for template in TEMPLATES:
@@ -153,3 +153,26 @@ def test_token_parity_verdicts_are_stored_under_the_engines_and_the_tokenizers_i
     assert warm_counters.tokens_asked == 0 and warm_counters.tokens_reused == asked
     fresh, fresh_counters = run(refresh=True)  # --chatgold-no-cache asks the engine again
     assert fresh == cold and fresh_counters.tokens_asked == asked
+
+
+def test_a_report_folder_given_apart_cannot_move_the_rootdir(tmp_path):
+    """pytest finds its rootdir before plugins add their options, so `--chatgold-report DIR` with DIR an existing
+    folder outside the checkout made DIR the rootdir: the checkout's settings were lost and its tests' session
+    fixture (a private result store) applied to the gate, which then rendered every cell again. The gate refuses
+    that with the fix in its message; the `=` spelling keeps the checkout's rootdir."""
+    from importlib.metadata import entry_points
+
+    plugin = [] if any(e.name == "chatgold" for e in entry_points(group="pytest11")) else ["-p", "conformance.gate.plugin"]
+    existing = tmp_path / "reports"
+    existing.mkdir()
+    base = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, "--co", "--pyargs", "conformance.gate",
+            "--chatgold-runner", "minijinja", "--chatgold-template", TEMPLATES[0]]
+    env = dict(os.environ, PYTHONPATH=str(REPO), CHATGOLD_ROOT=str(REPO), CHATGOLD_RESULTS_DIR=str(tmp_path / "store"))
+    apart = subprocess.run(base + ["--chatgold-report", str(existing)], capture_output=True, text=True, env=env,
+                           cwd=REPO, timeout=300)
+    assert apart.returncode == 4, apart.stdout + apart.stderr
+    assert f"--chatgold-report={existing}" in apart.stderr
+    joined = subprocess.run(base + [f"--chatgold-report={existing}"], capture_output=True, text=True, env=env,
+                            cwd=REPO, timeout=300)
+    assert joined.returncode == 0, joined.stdout + joined.stderr
+    assert f"rootdir: {REPO}" in joined.stdout

@@ -331,9 +331,38 @@ class GateSession:
             runner.close()
 
 
+# Options whose value is a path: pytest finds its rootdir before plugins add their options, so a value given
+# as its own argument and naming an existing folder is taken for a test path and can become the rootdir.
+PATH_OPTIONS = ("--chatgold-report", "--chatgold-timings")
+
+
+def _rootdir_from_option(config) -> Optional[str]:
+    """The path option whose value pytest took its rootdir from, or None. Then this checkout's pytest settings
+    and conftest scopes are lost (its tests' session fixtures would apply to the gate: a private result store,
+    every cell rendered afresh)."""
+    from pathlib import Path
+
+    args = list(config.invocation_params.args)
+    if config.inipath is not None or any(a == "--rootdir" or a.startswith("--rootdir=") for a in args):
+        return None  # a configuration file was found: the rootdir is its folder
+    root = Path(config.rootpath).resolve()
+    for option, value in zip(args, args[1:]):
+        if option in PATH_OPTIONS and Path(value).exists():
+            path = Path(config.invocation_params.dir, value).resolve()
+            if root == path or root in path.parents:
+                return f"{option} {value}"
+    return None
+
+
 def pytest_configure(config):
     import time
 
+    taken = _rootdir_from_option(config)
+    if taken is not None:
+        option, value = taken.split(" ", 1)
+        raise pytest.UsageError(f"pytest took its rootdir ({config.rootpath}) from `{taken}`, an existing folder "
+                                f"given as the option's own argument (pytest reads paths before plugins add their "
+                                f"options); write `{option}={value}` or pass --rootdir")
     config._chatgold_started = (time.perf_counter(), time.process_time())
     config.addinivalue_line("markers", "chatgold_gate: a conformance gate test (conformance/gate)")
     config.addinivalue_line("markers", "chatgold_renders(*jobs): the session jobs a gate test reads (a runner "
