@@ -52,7 +52,7 @@ from conformance.analysis.capabilities import (
 from conformance.analysis.capabilities import (
     common_prefix_length as first_difference,
 )
-from conformance.files import atomic_write
+from conformance.files import ENCODING_ERRORS, atomic_write
 from conformance.judge.goldens import (
     PROPERTIES_FILE,
     encode_record,
@@ -978,10 +978,52 @@ def check_reference(template_id: str, out: dict) -> None:
             raise ValueError(f"{template_id}: {kind} render of {name}: {outcome.kind}: {outcome.message}")
 
 
+class StoredRecords:
+    """Property records in the result store beside the reference's outcomes. A record is a function of the
+    reference (its runner identity), every render's request (template, case data, variant) and the code that
+    derives it, so a warm run neither renders the determinism check's repeat nor analyzes again."""
+
+    CODE = ("conformance/analysis/properties.py", "conformance/analysis/capabilities.py",
+            "conformance/judge/goldens.py", "runners/base.py")
+
+    def __init__(self, store, runner):
+        import hashlib
+
+        from conformance.render.store import identity_digest
+
+        self.store, self.identity = store, None
+        found = store.identity_of(runner)
+        if found is not None:
+            root = Path(__file__).resolve().parent.parent.parent
+            code = hashlib.sha256(b"".join((root / name).read_bytes() for name in self.CODE)).hexdigest()
+            identity = {"name": "properties", "reference": found[1], "code": code}
+            self.identity = (identity_digest(identity), identity)
+
+    def _key(self, pairs: list) -> Optional[tuple]:
+        import hashlib
+
+        from conformance.render.store import PROPERTIES_PREFIX, request_keys
+
+        keys = request_keys([request for _, request in pairs])
+        if self.identity is None or not keys or any(key is None for key in keys):
+            return None
+        detail = json.dumps([[list(name), key[1]] for (name, _), key in zip(pairs, keys)])
+        return keys[0][0], PROPERTIES_PREFIX + hashlib.sha256(detail.encode("utf-8", ENCODING_ERRORS)).hexdigest()
+
+    def get(self, pairs: list) -> Optional[dict]:
+        key = self._key(pairs)
+        return None if key is None else self.store.side(self.identity, key[0], key[1], "properties")
+
+    def put(self, pairs: list, record: dict) -> None:
+        key = self._key(pairs)
+        if key is not None:
+            self.store.write(self.identity, key[0], {key[1]: ["properties", record]})
+
+
 def compute_properties(templates: Iterable, runner, cases: Optional[list] = None, chunk: int = 16,
                        progress: Optional[Callable[[int, int], None]] = None,
                        each: Optional[Callable[[object, str, list, dict, dict], None]] = None,
-                       repeat=None) -> tuple[dict, list]:
+                       repeat=None, store=None) -> tuple[dict, list]:
     """template id -> property record, plus failures [(template id, message)].
 
     `templates` are corpus entries (or anything with id, source(), bos_token, eos_token); renders go through
@@ -989,20 +1031,29 @@ def compute_properties(templates: Iterable, runner, cases: Optional[list] = None
     source, cases, renders, record)` sees every template's renders before they are dropped (lint's finding
     classes, analysis/findings.py). `repeat`: the runner for the determinism check's second render (`again`)
     when `runner` answers from a result store (render/store.CachedRunner), which would hand back the first
-    render's bytes; the repeat must really render again (default: `runner`)."""
+    render's bytes; the repeat must really render again (default: `runner`). `store`: a result store holding
+    each template's record once derived (StoredRecords; not with `each`, which needs the renders)."""
     from conformance.corpus.cases import load_cases
 
     templates = list(templates)
     cases = load_cases() if cases is None else cases
+    stored = StoredRecords(store, runner) if store is not None and each is None else None
     results, failures = {}, []
     for start in range(0, len(templates), chunk):
         batch = templates[start:start + chunk]
         keyed = []
         for entry in batch:
             source = entry.source()
-            keyed.append((entry, source, property_requests(source, entry.bos_token, entry.eos_token, cases, entry.id)))
+            pairs = property_requests(source, entry.bos_token, entry.eos_token, cases, entry.id)
+            record = stored.get(pairs) if stored is not None else None
+            if record is not None:
+                results[entry.id] = record
+                continue
+            keyed.append((entry, source, pairs))
         pairs_all = [(key, request) for _, _, pairs in keyed for key, request in pairs]
-        if repeat is None:
+        if not pairs_all:
+            outcomes = iter(())
+        elif repeat is None:
             outcomes = iter(runner.render_many([request for _, request in pairs_all]))
         else:
             again = [key[0] == "again" for key, _ in pairs_all]
@@ -1017,6 +1068,8 @@ def compute_properties(templates: Iterable, runner, cases: Optional[list] = None
                 failures.append((entry.id, str(exc)))
                 continue
             results[entry.id] = analyze(source, cases, out)
+            if stored is not None:
+                stored.put(pairs, results[entry.id])
             if each is not None:
                 each(entry, source, cases, out, results[entry.id])
         if progress:

@@ -381,7 +381,7 @@ def look_up(plan: Plan, cache: Optional[ExplainCache], engine_id: Optional[str],
     use_cache = cache is not None and engine_id is not None and reference_id is not None
     found: dict = {}
     tasks: list = []
-    mechanisms = known_mechanisms(known)
+    mechanisms = None  # parsed on the first group that is not in the cache: a warm run parses none
     with_known = 0
     for key, group in plan.groups.items():
         request = group.request
@@ -391,6 +391,8 @@ def look_up(plan: Plan, cache: Optional[ExplainCache], engine_id: Optional[str],
             found[key] = _found_from_dict(hit, request.template_id, request.case_id)
             continue
         # a probe is not a reduction: nothing worth keeping
+        if mechanisms is None and not group.not_reduced:
+            mechanisms = known_mechanisms(known)
         candidates = [] if group.not_reduced else mechanisms_for(group, mechanisms)
         with_known += bool(candidates)
         tasks.append((key, Task(group, Reduction(request, group.symptom, budget=budget),

@@ -258,7 +258,9 @@ class GateSession:
         from conformance.analysis.properties import compute_properties
 
         with self._slots, self._timed("properties"):  # every case, whatever the selection: a record reads them all
-            results, failures = compute_properties(self.templates, runner, cases=self.all_cases, repeat=repeat)
+            store = None if self.refresh(REFERENCE_RUNNER) else self.store
+            results, failures = compute_properties(self.templates, runner, cases=self.all_cases, repeat=repeat,
+                                                   store=store)
         return results, dict(failures)
 
     def properties(self) -> tuple:

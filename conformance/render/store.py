@@ -83,6 +83,7 @@ TOUCH_SECONDS = 3600.0
 CAPABILITIES_PREFIX = "capabilities:"
 ATTRIBUTION_PREFIX = "attribution:"
 TOKENS_PREFIX = "tokens:"
+PROPERTIES_PREFIX = "properties:"
 # Entries beside the outcomes of a template's cells: key prefix -> record kind (a [kind, JSON object] pair).
 
 
@@ -250,7 +251,7 @@ class CorruptPack(ValueError):
 
 
 _TEXT_KINDS = frozenset({"rendered", "raised", "skipped"})
-_SIDE_KINDS = frozenset({"capabilities", "attribution", "tokens"})
+_SIDE_KINDS = frozenset({"capabilities", "attribution", "tokens", "properties"})
 
 
 def encode_pack(identity: str, template: str, entries: dict) -> bytes:
