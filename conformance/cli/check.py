@@ -131,6 +131,39 @@ def cmd_expectations_merge(args) -> int:
     return EXIT_OK
 
 
+def cmd_expectations_minimize(args) -> int:
+    from contextlib import nullcontext
+
+    from conformance.explain.causes import _reduction_runner, _scratch_artefacts
+    from conformance.explain.finish import finish_baseline
+    from conformance.judge.expectations import ExpectationsError, load_expectations, write_expectations
+    from runners import REFERENCE_RUNNER, get_runner
+
+    runner = args.runner.split("@")[0]
+    directory = update_directory(args.runner, args.expectations)
+    try:
+        baseline = load_expectations(runner, directory)
+    except ExpectationsError as exc:
+        raise UserError(str(exc)) from None
+    if not baseline.causes:
+        raise UserError(f"{baseline.path}: no root causes to finish")
+    unknown = sorted(set(args.cause or ()) - set(baseline.causes))
+    if unknown:
+        raise UserError(f"{baseline.path}: no cause {', '.join(unknown)}")
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    with get_runner(REFERENCE_RUNNER) as reference, get_runner(args.runner) as engine:
+        reducer = _reduction_runner(engine, log)
+        with _scratch_artefacts(engine), (_scratch_artefacts(reducer) if reducer is not engine else nullcontext()):
+            new, counts, _ = finish_baseline(baseline, reducer, reference, template=not args.data_only,
+                                             only=set(args.cause) if args.cause else None, log=log,
+                                             confirm=engine)
+    write_expectations(new)
+    print(f"{new.path}: {counts['causes_before']} -> {counts['causes_after']} root causes; {counts['reduced']} "
+          f"reproducers reduced further, {counts['renamed']} keyed anew, {counts['merged']} merged into another "
+          f"of the same mechanism, {counts['kept']} kept as recorded")
+    return EXIT_OK
+
+
 def update_directory(spec: str, directory):
     """Where `expectations update` writes: the folder the user chose; for a `command:` harness without one,
     ./chatgold-expectations; a runner the suite ships needs the folder named (the suite's own baselines change
@@ -214,6 +247,18 @@ def register(sub) -> None:
                         "once per shard")
     add_expectations_dir(p)
     p.set_defaults(func=cmd_expectations_merge)
+
+    p = expectations.add_parser(
+        "minimize", help="finish reducing a baseline's stored reproducers to 1-minimal, then key them by mechanism",
+        description="Each reproducer a single step of the reducer still shrinks is taken down step by step (both "
+                    "sides rendered every time); causes whose finished reproducers are one mechanism become one "
+                    "cause, with all their cells and every reason.")
+    p.add_argument("--runner", required=True, metavar="R")
+    p.add_argument("--cause", action="append", metavar="ID", help="only this cause (repeatable)")
+    p.add_argument("--data-only", action="store_true",
+                   help="only the data steps (an engine that never evaluates the template)")
+    add_expectations_dir(p)
+    p.set_defaults(func=cmd_expectations_minimize)
 
     report = sub.add_parser("report", help="divergence reports").add_subparsers(
         dest="report_command", metavar="ACTION", required=True)
