@@ -19,6 +19,7 @@ def test_the_labels_cover_at_least_30_templates():
     labels = load_labels()
     assert sum(len(labels[p]) for p in PARTS) >= 30
     assert len(labels["held_out_2"]) >= 12 and len(labels["held_out_3"]) + len(labels["held_out_4"]) >= 12
+    assert len(labels["held_out_5"]) >= 15
     named = [t for p in PARTS for t in labels[p]]
     assert len(named) == len(set(named))  # no template in two parts
     assert all(isinstance(m["defect"], bool) and m["why"] for p in PARTS for ms in labels[p].values() for m in ms)
@@ -35,10 +36,14 @@ def test_every_finding_is_labelled_and_every_label_is_found(measured):
 #   but the rule for a moving system message does not know an instruction of the template's own (a false
 #   violation);
 # - Phi-3-medium prints `<|assistant|>` after every user turn, so two user messages leave it open; the
-#   compound-header rule takes `<|assistant|>\n<|user|>` for one header of two markers (a missed defect).
+#   compound-header rule takes `<|assistant|>\n<|user|>` for one header of two markers (a missed defect);
+# - Solar Open's turn header is `<|begin|>ROLE<|content|>`: the compound-header rule wants only whitespace
+#   between the two markers, so the role name between them makes `<|begin|>` a turn left open (a false
+#   violation).
 KNOWN_MISSES = ["held_out_3: internlm-intern-s1-mini: marker-balance/unclosed-turn",
                 "held_out_4: ai21labs-ai21-jamba-reasoning-3b: prefix-stability/history-rewritten",
-                "held_out_4: microsoft-phi-3-medium-128k-instruct: marker-balance/unclosed-turn"]
+                "held_out_4: microsoft-phi-3-medium-128k-instruct: marker-balance/unclosed-turn",
+                "held_out_5: upstage-solar-open-100b: marker-balance/unclosed-turn"]
 
 
 def test_every_label_is_lints_class_but_the_known_misses(measured):
@@ -46,10 +51,11 @@ def test_every_label_is_lints_class_but_the_known_misses(measured):
 
 
 def test_held_out_figures(measured):
-    # held_out_3 and held_out_4 were labelled blind after the last rule change: theirs are the held-out figures
-    # (docs/properties.md): 8 of 10 violations real, 8 of 9 defects found
-    held = {k: measured["held_out_3"][k] + measured["held_out_4"][k] for k in ("tp", "fp", "fn")}
-    assert held == {"tp": 8, "fp": 2, "fn": 1}
+    # held_out_3, held_out_4 and held_out_5 were labelled blind after the last rule change: theirs are the
+    # held-out figures (docs/properties.md): 14 of 17 violations real, 14 of 15 defects found
+    held = {k: sum(measured[p][k] for p in ("held_out_3", "held_out_4", "held_out_5")) for k in ("tp", "fp", "fn")}
+    assert held == {"tp": 14, "fp": 3, "fn": 1}
+    assert {k: measured["held_out_5"][k] for k in ("tp", "fp", "fn", "tn")} == {"tp": 6, "fp": 1, "fn": 0, "tn": 10}
 
 
 def test_precision_and_recall(measured):
