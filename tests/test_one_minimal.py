@@ -41,9 +41,9 @@ WHY_NOT = {
     "llamacpp-builtin": {"*": "llama.cpp without Jinja never evaluates the template: it picks a built-in format "
                               "by substrings of the template text (llm_chat_detect_template). A reproducer is the "
                               "template cut to the text that picks the same format by the same rule (one line), "
-                              "except where the difference needs the template's own refusal on the reference "
-                              "side (the format renders where the template refuses): the cut does not refuse, "
-                              "so the whole template stays, its conversation reduced"},
+                              "or, where the difference needs the reference's own answer (the template's "
+                              "refusal), cut to the text that also keeps that answer; where neither cut is "
+                              "confirmed on llama-server, the whole template stays, its conversation reduced"},
 }
 
 # runner -> {cause id: why its reproducer is not 1-minimal}

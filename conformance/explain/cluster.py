@@ -247,6 +247,16 @@ def reads_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
     return [] if difference_class(reference.text, engine.text) == "whitespace" else list(paths)
 
 
+def tested_reads(symptom: Symptom, constructs: Iterable[str], paths: Optional[list],
+                 ignores_template: bool = False) -> list:
+    """The data paths a reproducer whose culprit is a test (`is defined`, `is none`, `is string`) reads, when it
+    differs in output: what is tested is the bug (`tools is defined` printing nothing when tools is null is not
+    `enable_thinking is defined` printing extra text because the engine always binds it). [] otherwise."""
+    if ignores_template or not paths or symptom.status != Status.DIVERGED:
+        return []
+    return list(paths) if any(name.startswith("test:") for name in culprits(constructs)) else []
+
+
 def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
               ignores_template: bool = False, paths: Optional[list] = None) -> str:
     """The clustering key of a reduced reproducer. An engine that ignores the template (it renders the case
@@ -257,6 +267,7 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
     reads = reads_key(symptom, constructs, reference, engine, paths, ignores_template)
     if reads:
         found = ["reads:" + path for path in reads]
+    found = found + ["reads:" + path for path in tested_reads(symptom, constructs, paths, ignores_template)]
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY) and \
             "raise_exception" not in symptom.refusal:
         # The engine refuses for a reason of its own; a `raise_exception()` the reproducer keeps only makes the
@@ -362,6 +373,9 @@ def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engin
     who = "the engine ignores the template" if ignores_template else subject(names)
     if reads:
         who = ", ".join(f"`{path}`" for path in reads[:3]) + (" ..." if len(reads) > 3 else "")
+    tested = tested_reads(symptom, constructs, paths, ignores_template)
+    if tested:
+        who += " of " + ", ".join(f"`{path}`" for path in tested[:3]) + (" ..." if len(tested) > 3 else "")
     if ignores_template:
         names = ["(ignores the template)"]
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):

@@ -5,7 +5,9 @@ the reducer's own registry (minimal.SHRINKS) keeps its difference. Each such rep
 at a time, always the smallest candidate that keeps the difference (the check minimal.is_one_minimal makes,
 both sides rendered every time), until no step keeps it. Every cause is then keyed by mechanism from its
 finished reproducer (cluster.cause_key): causes whose reproducers turn out to be one mechanism become one
-cause, holding all their cells and every hand-written reason; titles come from the construct kept last.
+cause, holding all their cells and every hand-written reason; titles come from the construct kept last. Only
+causes with one key merge here: explain's merge by rendering (one cause's template given another's data) says
+that the other's data sets this mechanism off too, not that the other's cells have no mechanism of their own.
 """
 from __future__ import annotations
 
@@ -72,15 +74,16 @@ def finish_one(cause: KnownCause, engine, reference, template: bool = True, conf
     key = cluster.cause_key(symptom, constructs, ref, eng, ignores, paths)
     stored = {"template": repro["template"], "case": repro["case"], "bos_token": repro.get("bos_token"),
               "eos_token": repro.get("eos_token"), "reference": outcome_record(ref), "engine": outcome_record(eng)}
-    done.record = KnownCause(cluster.cause_id(key), cluster.title(symptom, constructs, ref, eng, ignores, paths),
-                             cause.reason, cause.link, cluster.culprits(constructs), symptom.to_dict(), stored)
+    title = cluster.title(symptom, constructs, ref, eng, ignores, paths)
+    done.record = KnownCause(cluster.cause_id(key), title, cause.reason, cause.link, cluster.culprits(constructs),
+                             symptom.to_dict(), stored)
     return done
 
 
 def finish_baseline(baseline: Expectations, engine, reference, template: bool = True,
                     only: Optional[set] = None, log: Optional[Callable[[str], None]] = None,
                     confirm=None) -> tuple:
-    """Finish every cause of `baseline` (or the ids in `only`) and key them again; causes of one mechanism are
+    """Finish every cause of `baseline` (or the ids in `only`) and key them again; causes of one key are
     merged (the smallest reproducer, every distinct reason, the first link) and the cells renamed. Returns
     (the new Expectations, not written; counts; [Finished])."""
     results = []

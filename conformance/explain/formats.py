@@ -5,10 +5,12 @@ hard-coded formats by substrings of the template text (runners/llamacpp/builtin.
 that format. A cell's cause is therefore the format detected and the rule that picked it, with how the cell
 differs: one cause per (format, rule, symptom), where the symptom is the engine's refusal (a template no rule
 knows, tools without Jinja) or the kind of difference (the format's prompt differs from the template's; the
-format renders where the template refuses). Reducing the template would only change which format is picked,
-so its reproducer keeps the whole template (the input that picks the format) and the conversation is reduced
-(reduce.Reduction without template passes), on the engine's reduction runner, then rendered again on the
-engine itself and kept only if it still differs as it did.
+format renders where the template refuses). Reducing the template as Jinja would only change which format is
+picked, so its reproducer is the template cut, by the detection port alone, to the text that picks the same
+format by the same rule (cut_template; where the difference is the template's own refusal, the cut also keeps
+the reference's answer: cut_keeping_reference), and the conversation is reduced (reduce.Reduction without
+template passes) on the engine's reduction runner, then rendered again on the engine itself and kept only if it
+still differs as it did.
 """
 from __future__ import annotations
 
@@ -70,6 +72,35 @@ def cut_template(template: str, detect: Callable) -> str:
         return detect(text) == target
 
     lines = _ddmin(template.splitlines(keepends=True), lambda kept: same("".join(kept)))
+    return "".join(_ddmin(list("".join(lines)), lambda kept: same("".join(kept))))
+
+
+def cut_keeping_reference(request, detect: Callable, reference, cut: Optional[str] = None) -> str:
+    """The smallest text that `detect` gives the same (format, rule) as the request's template and that the
+    reference answers as it answers the whole template (the same refusal, or a render), given the request's
+    conversation. A format cause's difference is the format's output against the template's: where the
+    template refuses, the cut must keep that refusal, and a cut that does not parse makes the reference refuse
+    where the whole template renders. `cut`: the plain cut (cut_template), returned when it already keeps the
+    reference's answer. Detection is checked first, so only texts that pick the format are rendered."""
+    from runners.base import Raised
+
+    def answer(text: str) -> tuple:
+        outcome = next(iter(reference.render_many([replace(request, template=text)])))
+        return ("raised", outcome.message) if isinstance(outcome, Raised) else (outcome.kind,)
+
+    target, wanted = detect(request.template), answer(request.template)
+    if cut is not None and answer(cut) == wanted:
+        return cut
+    seen: dict = {}
+
+    def same(text: str) -> bool:
+        if detect(text) != target:
+            return False
+        if text not in seen:
+            seen[text] = answer(text) == wanted
+        return seen[text]
+
+    lines = _ddmin(request.template.splitlines(keepends=True), lambda kept: same("".join(kept)))
     return "".join(_ddmin(list("".join(lines)), lambda kept: same("".join(kept))))
 
 
@@ -185,11 +216,15 @@ def explain_by_format(results, engine, reference, requests: dict, goldens, detec
         if isinstance(outcome, Found):
             whole.insert(0, outcome.request)
         listed = []
-        for request in whole:
+        for index, request in enumerate(whole):
             if request.template not in cuts:
                 cuts[request.template] = cut_template(request.template, detect)
             if cuts[request.template] != request.template:
                 listed.append(replace(request, template=cuts[request.template]))
+            if index == 0:  # the group's smallest: a cut that keeps the reference's answer too, before the whole
+                kept = cut_keeping_reference(request, detect, reference, cuts[request.template])
+                if kept not in (request.template, cuts[request.template]):
+                    listed.append(replace(request, template=kept))
             listed.append(request)
         candidates[key] = listed
     confirmed: dict = {}
