@@ -55,18 +55,24 @@ def ignores_template(cause: dict) -> bool:
 
 
 def keyed_names(cause: dict) -> set:
-    """What the stored cause is keyed by, recomputed from its reproducer as cluster.cause_key does."""
+    """What the stored cause is keyed by, recomputed from its reproducer by cluster.cause_key: its culprit
+    constructs, the names of the paths it is keyed as reading, the names it is keyed as binding."""
     if ignores_template(cause):
         return set()
     repro = cause["repro"]
-    names = set(cause.get("constructs") or [])
-    if not names:
-        reference, engine = outcome_from_dict(repro["reference"]), outcome_from_dict(repro["engine"])
-        symptom = compare(reference, engine)
-        if symptom is not None:
-            paths = cluster.read_paths(repro["template"], repro["case"])
-            for path in cluster.reads_key(symptom, [], reference, engine, paths):
-                names |= path_names(path)
+    reference, engine = outcome_from_dict(repro["reference"]), outcome_from_dict(repro["engine"])
+    symptom = compare(reference, engine)
+    if symptom is None:
+        return set(cause.get("constructs") or [])
+    case = Conversation.from_dict(repro["case"]).to_dict()
+    key = cluster.cause_key(symptom, cluster.constructs_of(repro["template"]), reference, engine, False,
+                            cluster.read_paths(repro["template"], case), case)
+    names: set = set()
+    for part in key.partition("#")[0].split(","):
+        if part.startswith(("reads:", "binds:")):
+            names |= path_names(part.split(":", 1)[1])
+        elif part:
+            names.add(part)
     return names
 
 

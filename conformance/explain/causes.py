@@ -623,7 +623,7 @@ def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
     for group_key, repro in found.items():
         constructs = cluster.constructs_of(repro.template)
         key = cluster.cause_key(repro.symptom, constructs, repro.reference, repro.engine, repro.ignores_template,
-                                _paths(repro.request))
+                                _paths(repro.request), repro.request.conversation.to_dict())
         entry = by_key.setdefault(key, {"groups": [], "constructs": constructs})
         entry["groups"].append(group_key)
     causes = []
@@ -633,7 +633,8 @@ def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
         constructs = cluster.constructs_of(best.template)
         cause = Cause(id=cluster.cause_id(key), key=key,
                       title=cluster.title(best.symptom, constructs, best.reference, best.engine,
-                                          best.ignores_template, _paths(best.request)),
+                                          best.ignores_template, _paths(best.request),
+                                          best.request.conversation.to_dict()),
                       constructs=cluster.culprits(constructs), all_constructs=constructs, symptom=best.symptom,
                       found=best, cached=all(g in cached_groups for g in entry["groups"]), candidates=candidates)
         for group_key in entry["groups"]:
@@ -674,7 +675,7 @@ def _confirm(causes: list, plan: Plan, found: dict, reference, engine, stats) ->
                 cause.confirmed = True
                 constructs = cluster.constructs_of(repro.request.template)
                 cause.title = cluster.title(symptom, constructs, ref, eng, repro.ignores_template,
-                                            _paths(repro.request))
+                                            _paths(repro.request), repro.request.conversation.to_dict())
                 confirmed.add(cause_id)
             elif pending[cause_id] + 1 < min(len(cause.candidates), 3):
                 still[cause_id] = pending[cause_id] + 1
@@ -750,12 +751,14 @@ def _explains(mine, pair, triggered: set) -> bool:
 
 
 def keyed_names(cause) -> set:
-    """What a cause is keyed and titled by: its culprit constructs, and the names in the data paths it reads
-    when it has none (cluster.reads_key: `messages[].thinking` -> messages, thinking)."""
+    """What a cause is keyed and titled by: its culprit constructs, the names in the data paths it reads when it
+    has none (cluster.reads_key: `messages[].thinking` -> messages, thinking), and the names it reads that its
+    request does not give (cluster.unbound_globals: `enable_thinking`)."""
     names = set(cause.constructs)
     for part in cause.key.partition("#")[0].split(","):
-        if part.startswith("reads:"):
-            names |= path_names(part[len("reads:"):])
+        for prefix in ("reads:", "binds:"):
+            if part.startswith(prefix):
+                names |= path_names(part[len(prefix):])
     return names
 
 

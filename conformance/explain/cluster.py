@@ -21,6 +21,7 @@ the corpus are explained: a baseline's known causes stay known across selections
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Iterable, Optional
 
@@ -142,16 +143,29 @@ def read_paths(template: str, case: Optional[dict] = None) -> list:
         if isinstance(node, nodes.For):
             visit(node.iter)
             base = _path(node.iter, scope)
-            if base is not None:
-                bind(node.target, base if base.endswith("[]") else base + "[]")
+            # a loop over a literal binds template-local names: reading them reads no data
+            bind(node.target, None if base is None else base if base.endswith("[]") else base + "[]")
             for child in node.body + node.else_ + ([node.test] if node.test is not None else []):
                 visit(child)
             return
         if isinstance(node, nodes.Assign):
             visit(node.node)
-            base = _path(node.node, scope)
-            if base is not None:
-                bind(node.target, base)
+            bind(node.target, _path(node.node, scope))  # None: a template-local value, not data
+            return
+        if isinstance(node, (nodes.Macro, nodes.CallBlock)):
+            # a macro's name and arguments are the template's own names, not data it reads
+            if isinstance(node, nodes.Macro):
+                scope[node.name] = None
+            for argument in node.args:
+                bind(argument, None)
+            for child in node.defaults + node.body + ([node.call] if isinstance(node, nodes.CallBlock) else []):
+                visit(child)
+            return
+        if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name):
+            # a function (`namespace()`, `raise_exception()`, a macro): only its arguments can read data
+            for child in list(node.args) + [kw.value for kw in node.kwargs] + \
+                    [arg for arg in (node.dyn_args, node.dyn_kwargs) if arg is not None]:
+                visit(child)
             return
         if isinstance(node, nodes.Compare) and len(node.ops) == 1 and node.ops[0].op in ("in", "notin") \
                 and isinstance(node.expr, nodes.Const) and isinstance(node.expr.value, str):
@@ -257,13 +271,68 @@ def tested_reads(symptom: Symptom, constructs: Iterable[str], paths: Optional[li
     return list(paths) if any(name.startswith("test:") for name in culprits(constructs)) else []
 
 
+_USUAL_ROLES = frozenset({"", "user", "assistant", "system"})
+# Constructs that only ask whether a name is there, or give it a value when it is not.
+_PRESENCE = frozenset({"test:defined", "test:undefined", "test:none", "test:true", "test:false", "test:boolean",
+                       "filter:default", "filter:d"})
+
+
+def unbound_globals(symptom: Symptom, paths: Optional[list], case: Optional[dict],
+                    ignores_template: bool = False) -> list:
+    """The bare names a differing reproducer reads that its case does not give (not a conversation field, not a
+    kwarg): `enable_thinking`, `bos_token`, `date_string`. Their difference is how the engine binds that name,
+    whatever the template does with it (`if enable_thinking` printing extra text and `if not enable_thinking`
+    printing nothing are one engine binding `enable_thinking` as true). [] otherwise."""
+    if ignores_template or not paths or case is None or symptom.status != Status.DIVERGED:
+        return []
+    given = set(case) | set((case.get("kwargs") or {}))
+    return [path for path in paths if "." not in path and "[" not in path and path not in given]
+
+
+def triggers(case: Optional[dict]) -> list:
+    """What in a reproducer's data a key names as its trigger: a flag set (`continue_final_message`,
+    `add_generation_prompt`), a role other than user/assistant/system, a null or a boolean (its keys written
+    `*`, as read_paths writes them: R4's null keys are one trigger whichever key is null). A 1-minimal
+    reproducer holds only the data its difference needs, so one construct printing one kind of difference
+    through different triggers is different bugs (content printed as nothing for a continued final message,
+    for typed content parts, for a developer message). Text and numbers are no trigger: which text a case
+    holds is the case's."""
+    found: set = set()
+
+    def walk(value, top: str, depth: int, key: str) -> None:
+        if isinstance(value, dict):
+            for name, item in value.items():
+                walk(item, top, depth + 1, str(name))
+        elif isinstance(value, list):
+            for item in value:
+                walk(item, top, depth, key)
+        elif value is None or isinstance(value, bool):
+            found.add(f"{top}{'.*' * depth}={json.dumps(value)}")
+        elif key == "role" and top == "messages" and value not in _USUAL_ROLES:
+            found.add(f"role={value}")
+
+    for top in ("messages", "tools", "documents", "kwargs"):
+        if (case or {}).get(top):
+            walk(case[top], top, 0, "")
+    for flag in ("add_generation_prompt", "continue_final_message"):
+        if (case or {}).get(flag):
+            found.add(flag)
+    return sorted(found)
+
+
 def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
-              ignores_template: bool = False, paths: Optional[list] = None) -> str:
+              ignores_template: bool = False, paths: Optional[list] = None, case: Optional[dict] = None) -> str:
     """The clustering key of a reduced reproducer. An engine that ignores the template (it renders the case
     the same with an empty one) is keyed by that and the kind of difference, not by the template's constructs.
     A reproducer with no construct of its own that differs in text is keyed by what it reads (`paths`, see
-    reads_key) and the difference: the difference alone is never an identity."""
+    reads_key) and the difference: the difference alone is never an identity. A difference in output is keyed
+    by its data trigger too (triggers(case)); a refusal by its message."""
     found = culprits(constructs)
+    unbound = unbound_globals(symptom, paths, case, ignores_template)
+    if unbound:
+        # keyed by the names the engine binds, with the constructs that do more than ask for them
+        names = ",".join([c for c in found if c not in _PRESENCE] + ["binds:" + name for name in unbound])
+        return f"{names}#diverges|binds"
     reads = reads_key(symptom, constructs, reference, engine, paths, ignores_template)
     if reads:
         found = ["reads:" + path for path in reads]
@@ -301,6 +370,10 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
             kind = "diverges|" + cls
             if cls in ("omits", "adds", "text", "case", "quotes"):
                 kind += "|" + "|".join(sorted({f"{shape(d)}>{shape(i)}" for d, i in pairs}))
+    if case is not None and not ignores_template and symptom.status in (Status.DIVERGED, Status.ENGINE_RENDERED):
+        data = triggers(case)
+        if data:
+            kind += "|data:" + ",".join(data)
     return f"{names}#{kind}"
 
 
@@ -365,7 +438,7 @@ def _quote(text: str, limit: int = 24) -> str:
 
 
 def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
-          ignores_template: bool = False, paths: Optional[list] = None) -> str:
+          ignores_template: bool = False, paths: Optional[list] = None, case: Optional[dict] = None) -> str:
     """A short generated title: what the reduced reproducer uses (or, with no construct of its own, what it
     reads: reads_key), and how the engine differs on it."""
     names = [] if ignores_template else culprits(constructs)
@@ -374,6 +447,12 @@ def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engin
     if reads:
         who = ", ".join(f"`{path}`" for path in reads[:3]) + (" ..." if len(reads) > 3 else "")
     tested = tested_reads(symptom, constructs, paths, ignores_template)
+    unbound = unbound_globals(symptom, paths, case, ignores_template)
+    if unbound:
+        rest = [name for name in names if name not in _PRESENCE]
+        who = ", ".join(f"`{name}`" for name in unbound[:3]) + " (not in the request's data)" + \
+            (", " + subject(rest) if rest else "")
+        tested = []
     if tested:
         who += " of " + ", ".join(f"`{path}`" for path in tested[:3]) + (" ..." if len(tested) > 3 else "")
     if ignores_template:

@@ -71,10 +71,10 @@ def finish_one(cause: KnownCause, engine, reference, template: bool = True, conf
     ignores = _answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref)
     constructs = cluster.constructs_of(repro["template"])
     paths = cluster.read_paths(repro["template"], Conversation.from_dict(case).to_dict())
-    key = cluster.cause_key(symptom, constructs, ref, eng, ignores, paths)
+    key = cluster.cause_key(symptom, constructs, ref, eng, ignores, paths, Conversation.from_dict(case).to_dict())
     stored = {"template": repro["template"], "case": repro["case"], "bos_token": repro.get("bos_token"),
               "eos_token": repro.get("eos_token"), "reference": outcome_record(ref), "engine": outcome_record(eng)}
-    title = cluster.title(symptom, constructs, ref, eng, ignores, paths)
+    title = cluster.title(symptom, constructs, ref, eng, ignores, paths, Conversation.from_dict(case).to_dict())
     done.record = KnownCause(cluster.cause_id(key), title, cause.reason, cause.link, cluster.culprits(constructs),
                              symptom.to_dict(), stored)
     return done
