@@ -152,6 +152,18 @@ def read_paths(template: str, case: Optional[dict] = None) -> list:
             visit(node.node)
             bind(node.target, _path(node.node, scope))  # None: a template-local value, not data
             return
+        if isinstance(node, nodes.AssignBlock):
+            bind(node.target, None)  # `{% set x %}...{% endset %}`: text the template makes
+            for child in node.body:
+                visit(child)
+            return
+        if isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Name) and node.arg.name not in scope:
+            # `x[name]` with a name nothing binds: an index (undefined on both sides), not data the engine binds
+            visit(node.node)
+            path = _path(node, scope)
+            if path is not None:
+                found.add(path)
+            return
         if isinstance(node, (nodes.Macro, nodes.CallBlock)):
             # a macro's name and arguments are the template's own names, not data it reads
             if isinstance(node, nodes.Macro):
@@ -162,10 +174,12 @@ def read_paths(template: str, case: Optional[dict] = None) -> list:
                 visit(child)
             return
         if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name):
-            # a function (`namespace()`, `raise_exception()`, a macro): only its arguments can read data
+            # a function (`namespace()`, `raise_exception()`, a macro): only its arguments can read data, and a
+            # bare name nothing binds passed to it is undefined on both sides
             for child in list(node.args) + [kw.value for kw in node.kwargs] + \
                     [arg for arg in (node.dyn_args, node.dyn_kwargs) if arg is not None]:
-                visit(child)
+                if not (isinstance(child, nodes.Name) and child.name not in scope):
+                    visit(child)
             return
         if isinstance(node, nodes.Compare) and len(node.ops) == 1 and node.ops[0].op in ("in", "notin") \
                 and isinstance(node.expr, nodes.Const) and isinstance(node.expr.value, str):
@@ -277,14 +291,16 @@ _PRESENCE = frozenset({"test:defined", "test:undefined", "test:none", "test:true
                        "filter:default", "filter:d"})
 
 
-def unbound_globals(symptom: Symptom, paths: Optional[list], case: Optional[dict],
-                    ignores_template: bool = False) -> list:
+def unbound_globals(symptom: Symptom, reference: Outcome, engine: Outcome, paths: Optional[list],
+                    case: Optional[dict], ignores_template: bool = False) -> list:
     """The bare names a differing reproducer reads that its case does not give (not a conversation field, not a
     kwarg): `enable_thinking`, `bos_token`, `date_string`. Their difference is how the engine binds that name,
     whatever the template does with it (`if enable_thinking` printing extra text and `if not enable_thinking`
     printing nothing are one engine binding `enable_thinking` as true). [] otherwise."""
     if ignores_template or not paths or case is None or symptom.status != Status.DIVERGED:
         return []
+    if difference_class(reference.text, engine.text) == "whitespace":
+        return []  # a newline or an indent is how the engine treats the template's text, not a binding
     given = set(case) | set((case.get("kwargs") or {}))
     return [path for path in paths if "." not in path and "[" not in path and path not in given]
 
@@ -328,7 +344,7 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
     reads_key) and the difference: the difference alone is never an identity. A difference in output is keyed
     by its data trigger too (triggers(case)); a refusal by its message."""
     found = culprits(constructs)
-    unbound = unbound_globals(symptom, paths, case, ignores_template)
+    unbound = unbound_globals(symptom, reference, engine, paths, case, ignores_template)
     if unbound:
         # keyed by the names the engine binds, with the constructs that do more than ask for them
         names = ",".join([c for c in found if c not in _PRESENCE] + ["binds:" + name for name in unbound])
@@ -447,10 +463,10 @@ def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engin
     if reads:
         who = ", ".join(f"`{path}`" for path in reads[:3]) + (" ..." if len(reads) > 3 else "")
     tested = tested_reads(symptom, constructs, paths, ignores_template)
-    unbound = unbound_globals(symptom, paths, case, ignores_template)
+    unbound = unbound_globals(symptom, reference, engine, paths, case, ignores_template)
     if unbound:
         rest = [name for name in names if name not in _PRESENCE]
-        who = ", ".join(f"`{name}`" for name in unbound[:3]) + " (not in the request's data)" + \
+        who = ", ".join(f"`{name}`" for name in unbound[:3]) + " (a global the conversation does not set)" + \
             (", " + subject(rest) if rest else "")
         tested = []
     if tested:
