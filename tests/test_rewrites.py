@@ -172,3 +172,15 @@ def test_every_cause_a_rewrite_names_is_in_that_engines_baseline():
             causes = json.loads((ROOT / "conformance" / "expectations" / f"{engine}.json").read_text())["causes"]
             ids = set(causes) if isinstance(causes, dict) else {c["id"] for c in causes}
             assert cause in ids, f"{rewrite.name}: {tied} is not a cause of {engine}'s baseline"
+
+
+def test_rewrite_count_refuses_a_part_that_is_not_one_of_n(capsys):
+    """`python -m conformance.cli.rewrite_count --part I/N` runs the I-th of N interleaved parts (run apart, they
+    add up to the whole corpus); a part outside 1..N is refused by name before anything renders."""
+    from conformance.cli.rewrite_count import main
+
+    for bad in ("0/2", "3/2", "x"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--part", bad, "--limit", "0"])
+        assert exit_info.value.code == 2
+        assert f"--part {bad!r}" in capsys.readouterr().err

@@ -310,10 +310,11 @@ def fix(text: str, base: dict, render: Callable[[str], dict]) -> tuple:
 
 
 def corpus_count(engines: list, check_run: Callable, explain_options: Callable, seed: int = 34, limit=None,
-                 out=None) -> dict:
+                 out=None, part: tuple = (1, 1)) -> dict:
     """`--fix` over the corpus: every template the rewrites apply to (at least one site), in a seeded random
     order (so a run cut short is a random sample), through compat with `engines`; one JSON line per template
-    to `out` as it goes. Returns the totals over the templates done. check_run / explain_options as compat
+    to `out` as it goes; `part` (I, N): the I-th of N interleaved parts. Returns the totals over the templates
+    done. check_run / explain_options as compat
     takes them (the caller hands in conformance.checkrun's, a floor above this one)."""
     import json
     import random
@@ -324,6 +325,8 @@ def corpus_count(engines: list, check_run: Callable, explain_options: Callable, 
     entries = sorted(load_corpus().by_id.values(), key=lambda e: e.id)
     applicable = [e for e in entries if any(r.apply(e.source())[1] for r in REWRITES)]
     random.Random(seed).shuffle(applicable)
+    index, count = part  # every count-th template from the index-th: parts run apart add up to the whole
+    applicable = applicable[index - 1::count]
     options = CompatOptions(engines=list(engines), workers=1)
     totals = {"templates": len(entries), "applicable": len(applicable), "done": 0, "kept": 0, "pairs": 0, "cells": 0}
     for entry in applicable[:limit]:

@@ -14,9 +14,16 @@ def main(argv=None) -> int:
     parser.add_argument("--engines", default="minijinja,tgi,mistralrs")
     parser.add_argument("--limit", type=int)
     parser.add_argument("--seed", type=int, default=34)
+    parser.add_argument("--part", default="1/1", metavar="I/N", help="the I-th of N interleaved parts")
     args = parser.parse_args(argv)
+    try:
+        index, count = (int(x) for x in args.part.split("/"))
+        if not 1 <= index <= count:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--part {args.part!r}: expected I/N with 1 <= I <= N")
     print(json.dumps(corpus_count(args.engines.split(","), CheckRun, ExplainOptions, args.seed, args.limit,
-                                  sys.stdout)))
+                                  sys.stdout, (index, count))))
     return 0
 
 
