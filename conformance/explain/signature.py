@@ -112,8 +112,15 @@ def normalise_text(text: str) -> str:
 
 
 def first_line(message: str) -> str:
-    """A refusal message as a title shows it: its first line, without locations (digits kept)."""
-    first = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+    """A refusal message as a title shows it: its first line, without locations (digits kept). A message that
+    wraps another error (llama.cpp: "Unable to generate parser for this template. ... failed:" over the
+    template's own "Error: ..." line) keeps the innermost error too: the wrapper alone would make one refusal of
+    every error it wraps."""
+    lines = (message or "").strip().splitlines()
+    first = lines[0] if lines else ""
+    inner = [line.strip() for line in lines[1:] if line.strip().startswith("Error:")]
+    if inner and inner[-1] not in first:
+        first = f"{first.rstrip()} … {inner[-1]}"
     return _LOCATION.sub("", first).strip()
 
 
