@@ -178,3 +178,26 @@ def test_lint_sarif_is_valid_sarif_with_lines(tmp_path, capsys):
     assert result["ruleId"] == "no-repr-leak/python-repr" and result["level"] == "error"
     assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 1
     assert "no-repr-leak: VIOLATION" in capsys.readouterr().err
+
+
+def _classes(path, capsys) -> dict:
+    main(["lint", str(path), "--workers", "1", "--json"])
+    findings = json.loads(capsys.readouterr().out)["templates"][0]["findings"]
+    return {(f["property"], f["kind"]): f["class"] for f in findings}
+
+
+def test_a_role_name_between_two_markers_is_one_turn_header(tmp_path, capsys):
+    """`<|begin|>ROLE<|content|>` (Solar Open's shape; a block the template opens without `<|content|>` makes
+    `<|begin|>` an opener too) is one header of two markers, not a turn left open; the same opener again after a
+    role name (an empty turn with no closer) stays a violation."""
+    path = tmp_path / "two_marker_header.jinja"
+    path.write_text("{% if tools %}<|begin|>system<|tools|>{{ tools | tojson }}<|end|>{% endif %}"
+                    "{% for m in messages %}<|begin|>{{ m.role }}<|content|>" + TEXT + "<|end|>{% endfor %}"
+                    "{% if add_generation_prompt %}<|begin|>assistant{% endif %}")
+    classes = _classes(path, capsys)
+    assert classes.get(("marker-balance", "unclosed-turn")) == "design"
+    assert "violation" not in classes.values()
+    path.write_text("{% for m in messages %}<|im_start|>{{ m.role }}{% if m.content %}\n" + TEXT +
+                    "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+                    "{% endif %}")
+    assert _classes(path, capsys)[("marker-balance", "unclosed-turn")] == "violation"

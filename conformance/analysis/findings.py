@@ -15,8 +15,8 @@ break the model, so each violation is put in one class, decided by rendering, ne
                   closer (from the probe `[user, assistant]`) missing between the call and the result (the
                   turn is kept open across tool calls: Gemma 4), or every conversation ending with a tool
                   result gets an empty generation prompt (the model's turn goes on: DeepSeek);
-                - an unclosed turn whose next opener follows with only whitespace between (one header of two
-                  markers), or whose role's probe shows no closer of its own (Falcon 3's turns end where the
+                - an unclosed turn whose next opener follows with only whitespace, or a role's name and a short
+                  header text on its line, between (one header of two markers: `<|begin|>ROLE<|content|>`), or whose role's probe shows no closer of its own (Falcon 3's turns end where the
                   next begins);
                 - a rewritten history whose earlier bytes from the break are markers only and the generation
                   prompt's (or an empty reasoning block), or begin with the system message the later prompt
@@ -109,15 +109,47 @@ def later_system(case) -> bool:
 _OPENED = re.compile(r"opened by '(.+?)' at byte (\d+) is not closed .*? before '(.+?)' opens another at byte (\d+)")
 
 
-def _compound_header(finding: dict, out: dict) -> bool:
-    """An unclosed turn whose next opener follows it with nothing but whitespace between: one turn header
-    made of two markers (`<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>`), not two turns."""
+# what may stand between the two markers of one turn header: the role's name, with at most a short header
+# text after it, all on the markers' line (`<|begin|>system<|content|>`, `<|im_start|>system name=<|plugin|>`);
+# a marker on the next line (`<|im_start|>assistant\n<tool_call>`) opens something inside the turn
+_HEADER_TEXT = re.compile(r"[^\S\n]*([A-Za-z_]+)\b[^\n<>]{0,20}")
+
+
+def _compound_header(finding: dict, out: dict, case=None) -> bool:
+    """An unclosed turn whose opener is one marker of a turn header made of two: the next opener follows it
+    with nothing but whitespace, or a role's name and a short header text on one line, between
+    (`<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>`, `<|begin|>ROLE<|content|>`), or it is itself the second marker
+    after one such (`<|im_start|>system name=<|plugin|>`): one header, not two turns. With text between, the two
+    markers must differ and the text stays on their line. A message's own text between them is no header: a role
+    name inside a message's text does not count."""
     match = _OPENED.search(finding["explanation"][1])
     text = P._text(out.get(("base", finding["case"])))
     if not match or text is None:
         return False
     tag, start, end = match.group(1), int(match.group(2)), int(match.group(4))
-    return text[start:start + len(tag)] == tag and not text[start + len(tag):end].strip()
+    if text[start:start + len(tag)] != tag:
+        return False
+    if not text[start + len(tag):end].strip():
+        return True
+    if case is None:
+        return False
+    roles = set(P._ROLES) | {r for r in P._roles(case.conversation) if isinstance(r, str)}
+    # a message's text (not a tool's or argument's name, which a header may spell: `name=`)
+    said = [m.get(key) for m in case.conversation.messages if isinstance(m, dict)
+            for key in ("content", "reasoning_content")]
+    spans = P.input_spans(text, [s for s in said if isinstance(s, str) and s.strip()])
+
+    def header(since: int, until: int) -> bool:
+        found = _HEADER_TEXT.fullmatch(text[since:until])
+        return found is not None and found.group(1) in roles and not any(s < until and e > since for s, e in spans)
+
+    # the two markers of a header differ: one opener, a role's name and the same opener again is a turn
+    # left empty and open (`<|im_start|>assistant<|im_start|>user`), not a header
+    following = P._TAG.match(text, end)
+    if following and following.group() != tag and header(start + len(tag), end):
+        return True
+    before = list(P._TAG.finditer(text[:start]))
+    return bool(before and before[-1].group() != tag and before[-1].end() < start and header(before[-1].end(), start))
 
 
 def _no_closer_of_its_own(finding: dict, probes: dict) -> Optional[str]:
@@ -302,6 +334,7 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
     """Every violation of a property record, with its class, the inputs that hit it (capability, design) and
     the template line it points at (or None)."""
     plain = [c for c in cases if not has_parts(c)]
+    by_id = {c.id: c for c in cases}
     first_system = [c for c in plain if not later_system(c)]
     quiet = [c for c in cases if not has_tool_turns(c)]
     probes = _probes(out)
@@ -380,8 +413,9 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
                                              f"between them (learnt from its [system, user] probe)")
             if cls == "violation" and name == "marker-balance" and shown["kind"] == "unclosed-turn":
                 role = _no_closer_of_its_own(shown, probes)
-                if _compound_header(shown, out):
-                    cls, inputs = "design", "the template's turn header is two markers in a row, one turn"
+                if _compound_header(shown, out, by_id.get(shown["case"])):
+                    cls, inputs = "design", ("the template's turn header is two markers, with at most the role's "
+                                             "name and a short header text between them: one turn")
                 elif role:
                     cls, inputs = "design", (f"{role} turns: the template ends them where the next turn begins "
                                              f"(no closer of their own, learnt from its {role} probe)")
