@@ -251,8 +251,8 @@ def register(sub) -> None:
     p = expectations.add_parser(
         "minimize", help="finish reducing a baseline's stored reproducers to 1-minimal, then key them by mechanism",
         description="Each reproducer a single step of the reducer still shrinks is taken down step by step (both "
-                    "sides rendered every time); causes whose finished reproducers are one mechanism become one "
-                    "cause, with all their cells and every reason.")
+                    "sides rendered every time); causes whose finished reproducers have one key (one mechanism) "
+                    "become one cause, with all their cells and every reason.")
     p.add_argument("--runner", required=True, metavar="R")
     p.add_argument("--cause", action="append", metavar="ID", help="only this cause (repeatable)")
     p.add_argument("--data-only", action="store_true",

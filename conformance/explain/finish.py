@@ -62,19 +62,20 @@ def finish_one(cause: KnownCause, engine, reference, template: bool = True, conf
         done.kept_because = f"still shrinking after {MAX_STEPS} steps"
         return done
     case = _full(repro["case"])
-    (ref, eng), (probe_ref, probe_eng) = render_pairs(
-        reference, confirm or engine, [_request(repro, repro["template"], case), _request(repro, PROBE_TEMPLATE, case)])
+    requests = [_request(repro, repro["template"], case), _request(repro, PROBE_TEMPLATE, case)]
+    (ref, eng), (probe_ref, probe_eng) = render_pairs(reference, confirm or engine, requests)
     symptom = compare(ref, eng)
     if symptom is None or not symptom.differs:
         done.kept_because = "the finished reproducer did not differ when rendered again"
         return done
     ignores = _answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref)
     constructs = cluster.constructs_of(repro["template"])
-    paths = cluster.read_paths(repro["template"], Conversation.from_dict(case).to_dict())
-    key = cluster.cause_key(symptom, constructs, ref, eng, ignores, paths, Conversation.from_dict(case).to_dict())
+    data = requests[0].conversation.to_dict()
+    paths = cluster.read_paths(repro["template"], data)
+    key = cluster.cause_key(symptom, constructs, ref, eng, ignores, paths, data)
     stored = {"template": repro["template"], "case": repro["case"], "bos_token": repro.get("bos_token"),
               "eos_token": repro.get("eos_token"), "reference": outcome_record(ref), "engine": outcome_record(eng)}
-    title = cluster.title(symptom, constructs, ref, eng, ignores, paths, Conversation.from_dict(case).to_dict())
+    title = cluster.title(symptom, constructs, ref, eng, ignores, paths, data)
     done.record = KnownCause(cluster.cause_id(key), title, cause.reason, cause.link, cluster.culprits(constructs),
                              symptom.to_dict(), stored)
     return done
@@ -122,4 +123,3 @@ def finish_baseline(baseline: Expectations, engine, reference, template: bool = 
               "merged": sum(len(found) - 1 for found in records.values()),
               "kept": sum(1 for f in results if f.record is None)}
     return new, counts, results
-
