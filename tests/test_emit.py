@@ -178,9 +178,12 @@ def test_issue_names_versions_bytes_and_the_semantics_rule():
 
 def test_cli_emits_from_the_bundled_baseline_and_names_bad_input(tmp_path):
     env = {"PYTHONPATH": str(ROOT)}
+    cause = load_causes(BASELINE).find(_r11_cause_id())
     done = _run([sys.executable, "-m", "conformance.cli", "explain", "--runner", "minijinja", "--emit", "issue",
-                 "--cause", _r11_cause_id()[:10]], tmp_path, env)
-    assert done.returncode == 0 and done.stdout.startswith("# printed values"), done.stderr
+                 "--cause", cause["id"][:10]], tmp_path, env)
+    # the issue is titled by the cause's title: what the reproducer reads, `messages[].thinking`
+    assert done.returncode == 0 and done.stdout.startswith(f"# {cause['title']}\n"), done.stderr
+    assert "messages[].thinking" in cause["title"]
     done = _run([sys.executable, "-m", "conformance.cli", "explain", "--emit", "minijinja", "--from", str(MINIJINJA),
                  "--out", str(tmp_path / "out")], tmp_path, env)
     assert done.returncode == 0, done.stderr
