@@ -214,12 +214,12 @@ REWRITES = (
              "mistralrs:c-c99060887a"), _get_subscript),
     Rewrite("tojson-ensure-ascii", "`|tojson(ensure_ascii=False)` spelled `|tojson` (the reference never escapes "
             "to ASCII in `tojson`)",
-            ("minijinja:c-22c6d44278",), _tojson_ensure_ascii),
+            ("minijinja:c-56d7b3763b",), _tojson_ensure_ascii),
     Rewrite("iterable-not-none", "`x is iterable` spelled `(x is iterable and x is not none)` (none is iterable in "
             "MiniJinja, not in jinja2)",
-            ("minijinja:c-8f6c61ce4d", "minijinja:c-b7e1261acf", "minijinja:c-f9f682cce3", "tgi:c-8f6c61ce4d",
+            ("minijinja:c-8f6c61ce4d", "minijinja:c-85cfda299b", "minijinja:c-1d0885ba13", "tgi:c-8f6c61ce4d",
              "mistralrs:c-b51d97d739", "mistralrs-server:c-b51d97d739", "ferrox:c-dfb112ef8b",
-             "ferrox:c-b7e1261acf"), _iterable_not_none),
+             "ferrox:c-85cfda299b"), _iterable_not_none),
     Rewrite("digit-subscript", "`x.0.y` spelled `x[0].y` (MiniJinja's lexer reads `.0.` as a float)",
             ("tgi:c-dbf62c46d1", "mistralrs:c-dbf62c46d1", "mistralrs-server:c-dbf62c46d1"), _digit_subscript),
     Rewrite("generation-exact", "`{%- generation -%}` spelled `{{- '' }}{% generation %}{{ '' -}}` (engines drop "
@@ -228,12 +228,12 @@ REWRITES = (
     Rewrite("continue-as-if", "`{% if c %}{% continue %}{% endif %}REST` in a loop spelled `{% if not (c) %}REST"
             "{% endif %}` (no loop controls needed)",
             ("mistralrs:c-c51266d765", "mistralrs:c-a4714d7fa8", "mistralrs-server:c-c51266d765",
-             "mistralrs-server:c-a4714d7fa8", "llamacpp:c-acde24dc41", "llamacpp:c-bef93cd7bb",
+             "mistralrs-server:c-a4714d7fa8", "llamacpp:c-79c62c7784",
              "hfjs:c-79c62c7784"), _continue_as_if),
     Rewrite("continue-flag", "`{% continue %}` ending an `if` branch in a loop spelled as a flag and "
             "`{% if not _cg_skip %}REST{% endif %}` (no loop controls needed)",
             ("mistralrs:c-c51266d765", "mistralrs:c-a4714d7fa8", "mistralrs-server:c-c51266d765",
-             "mistralrs-server:c-a4714d7fa8", "llamacpp:c-acde24dc41", "llamacpp:c-bef93cd7bb",
+             "mistralrs-server:c-a4714d7fa8", "llamacpp:c-79c62c7784",
              "hfjs:c-79c62c7784"), _continue_flag),
     Rewrite("default-true", "`x|default(d, true)` spelled `(x if x else d)` (TGI's MiniJinja takes one argument)",
             ("tgi:c-7a84c4d907", "tgi:c-20bc5c39da"), _default_true),
