@@ -999,7 +999,8 @@ class StoredRecords:
             identity = {"name": "properties", "reference": found[1], "code": code}
             self.identity = (identity_digest(identity), identity)
 
-    def _key(self, pairs: list) -> Optional[tuple]:
+    def key(self, pairs: list) -> Optional[tuple]:
+        """(template key, record key) of one template's renders; None when one is not JSON data."""
         import hashlib
 
         from conformance.render.store import PROPERTIES_PREFIX, request_keys
@@ -1010,12 +1011,10 @@ class StoredRecords:
         detail = json.dumps([[list(name), key[1]] for (name, _), key in zip(pairs, keys)])
         return keys[0][0], PROPERTIES_PREFIX + hashlib.sha256(detail.encode("utf-8", ENCODING_ERRORS)).hexdigest()
 
-    def get(self, pairs: list) -> Optional[dict]:
-        key = self._key(pairs)
+    def get(self, key: Optional[tuple]) -> Optional[dict]:
         return None if key is None else self.store.side(self.identity, key[0], key[1], "properties")
 
-    def put(self, pairs: list, record: dict) -> None:
-        key = self._key(pairs)
+    def put(self, key: Optional[tuple], record: dict) -> None:
         if key is not None:
             self.store.write(self.identity, key[0], {key[1]: ["properties", record]})
 
@@ -1045,12 +1044,13 @@ def compute_properties(templates: Iterable, runner, cases: Optional[list] = None
         for entry in batch:
             source = entry.source()
             pairs = property_requests(source, entry.bos_token, entry.eos_token, cases, entry.id)
-            record = stored.get(pairs) if stored is not None else None
+            record_key = stored.key(pairs) if stored is not None else None
+            record = stored.get(record_key) if stored is not None else None
             if record is not None:
                 results[entry.id] = record
                 continue
-            keyed.append((entry, source, pairs))
-        pairs_all = [(key, request) for _, _, pairs in keyed for key, request in pairs]
+            keyed.append((entry, source, pairs, record_key))
+        pairs_all = [(name, request) for _, _, pairs, _ in keyed for name, request in pairs]
         if not pairs_all:
             outcomes = iter(())
         elif repeat is None:
@@ -1060,7 +1060,7 @@ def compute_properties(templates: Iterable, runner, cases: Optional[list] = None
             rest = iter(runner.render_many([r for (_, r), a in zip(pairs_all, again) if not a]))
             repeated = iter(repeat.render_many([r for (_, r), a in zip(pairs_all, again) if a]))
             outcomes = iter([next(repeated) if a else next(rest) for a in again])
-        for entry, source, pairs in keyed:
+        for entry, source, pairs, record_key in keyed:
             out = {key: next(outcomes) for key, _ in pairs}
             try:
                 check_reference(entry.id, out)
@@ -1069,7 +1069,7 @@ def compute_properties(templates: Iterable, runner, cases: Optional[list] = None
                 continue
             results[entry.id] = analyze(source, cases, out)
             if stored is not None:
-                stored.put(pairs, results[entry.id])
+                stored.put(record_key, results[entry.id])
             if each is not None:
                 each(entry, source, cases, out, results[entry.id])
         if progress:
