@@ -26,12 +26,11 @@ BASELINES = sorted(p.stem for p in EXPECTATIONS.glob("*.json"))
 # Baselines recorded by mechanism, every reproducer reduced to 1-minimal (`chatgold expectations update
 # --runner R --reexplain`, reasons carried over): held to both checks.
 # The others were finished by `chatgold expectations minimize` (conformance/explain/finish.py): every reproducer
-# taken down to 1-minimal and keyed again by mechanism.
+# taken down to 1-minimal and keyed again by mechanism. Each is rendered again here, every candidate step too
+# (llama.cpp and Ollama's llama.cpp route on their reduction runners, the in-process route tested against
+# llama-server).
 RE_RECORDED = {"minijinja", "hfjs", "paperkiln", "ferrox", "chatml-builtin", "llama-cpp-python", "mistralrs",
                "tgi", "llamacpp", "sglang", "vllm", "mistralrs-server", "ollama"}
-# Of those, the engines rendered here: their reproducers are rendered again, every candidate step too (llama.cpp
-# and Ollama's llama.cpp route on their reduction runners, the in-process route tested against llama-server).
-RENDERED = RE_RECORDED
 # Baselines whose reproducers exceed MAX_LINES; a strict xfail, so shrinking one makes this list wrong until it
 # is taken out. ollama: 1 of its 15 (36 lines), a Go-template cause: Ollama picks its Go template by the
 # template's text, so a smaller template picks another (a cut like llama.cpp's built-in formats' is not built).
@@ -103,7 +102,7 @@ def _available(name: str) -> bool:
     return name != "hfjs" or shutil.which("node") is not None
 
 
-@pytest.mark.parametrize("runner_name", sorted(RE_RECORDED & RENDERED))
+@pytest.mark.parametrize("runner_name", sorted(RE_RECORDED))
 def test_every_stored_reproducer_is_one_minimal(runner_name, reference):
     if not _available(runner_name):
         pytest.skip(f"{runner_name}'s engine is not installed here")
