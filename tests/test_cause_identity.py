@@ -81,6 +81,18 @@ def test_read_paths_normalise_names_literals_and_paths():
     assert cluster.read_paths("{{ bos_token }}{{ 'x' ~ 1 }}", data) == ["bos_token"]
 
 
+def test_read_paths_scope_loop_and_macro_names_to_their_bodies():
+    """A macro argument or a loop name is local to its body: a macro taking `tools` does not hide the global
+    `tools` the template reads elsewhere, and a request's own name passed to a macro is data it reads."""
+    template = ("{% macro render(tools) %}{% for t in tools %}{{ t.name }}{% endfor %}{% endmacro %}"
+                "{% if tools is defined %}{{ render(tools) }}{% endif %}")
+    assert cluster.read_paths(template) == ["tools"]
+    looped = "{% for tools in messages %}{{ tools.role }}{% endfor %}{{ tools }}"
+    assert cluster.read_paths(looped) == ["messages[].role", "tools"]
+    # a bare name the request does not give, passed to a function, is undefined on both sides
+    assert cluster.read_paths("{{ raise_exception(nothing) }}", {"messages": []}) == []
+
+
 def test_a_construct_refusing_each_argument_it_lacks_is_one_cause():
     """MiniJinja's `tojson` takes only `indent`: `ensure_ascii=`, `separators=` and `sort_keys=` are refused
     alike, whatever the data (they were two causes); with no construct of its own, the name a refusal quotes

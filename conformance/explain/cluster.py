@@ -115,6 +115,10 @@ def _data_keys(case: dict) -> set:
     return keys
 
 
+# The names every request gives a template (the conversation's fields); its kwargs are the case's own.
+REQUEST_NAMES = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
+
+
 def read_paths(template: str, case: Optional[dict] = None) -> list:
     """The data paths a template reads, normalised: loop and `set` names resolved to what they range over or
     hold (`for m in messages` -> `messages[]`), indices and slices as `[]`, literals left out, and a key the
@@ -131,6 +135,7 @@ def read_paths(template: str, case: Optional[dict] = None) -> list:
         return []
     scope: dict = {}
     found: set = set()
+    given = REQUEST_NAMES | set((case or {}).get("kwargs") or {})
 
     def bind(target, path) -> None:
         if isinstance(target, nodes.Name):
@@ -139,14 +144,26 @@ def read_paths(template: str, case: Optional[dict] = None) -> list:
             for item in target.items:
                 bind(item, path)
 
+    def visit_scoped(children) -> None:
+        # a loop's or macro's body is a scope of its own: what it binds (its target, its arguments, its `set`s)
+        # does not outlive it, so a macro argument named `tools` does not hide the global `tools` read elsewhere
+        saved = dict(scope)
+        for child in children:
+            visit(child)
+        scope.clear()
+        scope.update(saved)
+
     def visit(node) -> None:
         if isinstance(node, nodes.For):
             visit(node.iter)
             base = _path(node.iter, scope)
+            saved = dict(scope)
             # a loop over a literal binds template-local names: reading them reads no data
             bind(node.target, None if base is None else base if base.endswith("[]") else base + "[]")
-            for child in node.body + node.else_ + ([node.test] if node.test is not None else []):
-                visit(child)
+            visit_scoped(node.body + ([node.test] if node.test is not None else []))
+            scope.clear()
+            scope.update(saved)
+            visit_scoped(node.else_)
             return
         if isinstance(node, nodes.Assign):
             visit(node.node)
@@ -168,17 +185,22 @@ def read_paths(template: str, case: Optional[dict] = None) -> list:
             # a macro's name and arguments are the template's own names, not data it reads
             if isinstance(node, nodes.Macro):
                 scope[node.name] = None
+            for child in node.defaults + ([node.call] if isinstance(node, nodes.CallBlock) else []):
+                visit(child)
+            saved = dict(scope)
             for argument in node.args:
                 bind(argument, None)
-            for child in node.defaults + node.body + ([node.call] if isinstance(node, nodes.CallBlock) else []):
-                visit(child)
+            visit_scoped(node.body)
+            scope.clear()
+            scope.update(saved)
             return
         if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name):
             # a function (`namespace()`, `raise_exception()`, a macro): only its arguments can read data, and a
-            # bare name nothing binds passed to it is undefined on both sides
+            # bare name nothing binds passed to it is undefined on both sides, unless it is a name the request
+            # gives (`render_tools(tools)`)
             for child in list(node.args) + [kw.value for kw in node.kwargs] + \
                     [arg for arg in (node.dyn_args, node.dyn_kwargs) if arg is not None]:
-                if not (isinstance(child, nodes.Name) and child.name not in scope):
+                if not (isinstance(child, nodes.Name) and child.name not in scope and child.name not in given):
                     visit(child)
             return
         if isinstance(node, nodes.Compare) and len(node.ops) == 1 and node.ops[0].op in ("in", "notin") \
