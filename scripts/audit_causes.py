@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from conformance.explain import cluster  # noqa: E402
-from conformance.explain.causes import path_names, template_names  # noqa: E402
+from conformance.explain.causes import stored_keyed_names, template_names  # noqa: E402
 from conformance.explain.driver import render_pairs  # noqa: E402
 from conformance.explain.minimal import is_one_minimal  # noqa: E402
 from conformance.explain.signature import compare  # noqa: E402
@@ -57,25 +57,10 @@ def ignores_template(cause: dict) -> bool:
 
 
 def keyed_names(cause: dict) -> set:
-    """What the stored cause is keyed by, recomputed from its reproducer by cluster.cause_key: its culprit
-    constructs, the names of the paths it is keyed as reading, the names it is keyed as binding."""
+    """What the stored cause is keyed by, recomputed from its reproducer (causes.stored_keyed_names)."""
     if ignores_template(cause):
         return set()
-    repro = cause["repro"]
-    reference, engine = outcome_from_dict(repro["reference"]), outcome_from_dict(repro["engine"])
-    symptom = compare(reference, engine)
-    if symptom is None:
-        return set(cause.get("constructs") or [])
-    case = Conversation.from_dict(repro["case"]).to_dict()
-    key = cluster.cause_key(symptom, cluster.constructs_of(repro["template"]), reference, engine, False,
-                            cluster.read_paths(repro["template"], case), case)
-    names: set = set()
-    for part in key.partition("#")[0].split(","):
-        if part.startswith(("reads:", "binds:")):
-            names |= path_names(part.split(":", 1)[1])
-        elif part:
-            names.add(part)
-    return names
+    return stored_keyed_names(cause["repro"])
 
 
 _SOURCES: dict = {}

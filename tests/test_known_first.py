@@ -83,3 +83,29 @@ def test_a_mechanism_whose_construct_the_template_lacks_is_not_tried(reference):
     without = Group(("t", "k"), symptom, request=RenderRequest("{{ messages[0].content }}", conversation))
     assert mechanisms_for(with_it, mechanisms) == mechanisms
     assert mechanisms_for(without, mechanisms) == []
+
+
+def test_a_mechanism_keyed_by_a_name_the_template_never_reads_is_not_tried():
+    """A cause keyed by what it tests (`tools is not none` printing nothing) is no mechanism of a template that
+    never reads `tools`, though its reproducer given that group's data differs alike (ferrox had filed a
+    template's `content is not none` cells under it)."""
+    from conformance.explain.causes import Group, known_mechanisms, mechanisms_for
+    from conformance.explain.signature import Symptom
+    from conformance.judge.status import Status
+    from runners.base import Conversation, RenderRequest
+
+    known = KnownCause("c-0000000002", "`is none` of `tools`: prints nothing", "", "", ["test:none"], {
+        "status": "diverged", "edits": [["t", ""]]}, {
+        "template": "{%- if tools is not none %}{{- 't' }}{%- endif %}", "case": {"messages": [{"role": ""}],
+                                                                              "tools": []},
+        "reference": {"kind": "rendered", "text": "t"}, "engine": {"kind": "rendered", "text": ""}})
+    mechanisms = known_mechanisms([known])
+    assert mechanisms and mechanisms[0].names == {"test:none", "tools"}
+    symptom = Symptom(Status.DIVERGED, frozenset({("t", "")}), first=("t", ""))
+    conversation = Conversation(messages=[{"role": "user", "content": None}], tools=[])
+    reads_tools = "{% if tools is none %}{% else %}t{% endif %}"
+    reads_content = "{% for m in messages %}{% if m.content is not none %}t{% endif %}{% endfor %}"
+    assert mechanisms_for(Group(("t", "k"), symptom, request=RenderRequest(reads_tools, conversation)),
+                          mechanisms) == mechanisms
+    assert mechanisms_for(Group(("t", "k"), symptom, request=RenderRequest(reads_content, conversation)),
+                          mechanisms) == []

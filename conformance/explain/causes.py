@@ -423,6 +423,7 @@ class KnownMechanism:
     first: tuple
     constructs: frozenset     # the culprit constructs (the group's template must use every one)
     features: frozenset
+    names: frozenset          # what the cause is keyed by (stored_keyed_names): the group's template has each
     case: dict                # the reproducer's data (conversation_dict form)
 
 
@@ -446,6 +447,7 @@ def known_mechanisms(known: Iterable) -> list:
             continue
         out.append(KnownMechanism(cause.id, repro["template"], recorded.status, recorded.refusal, recorded.first,
                                   frozenset(cluster.culprits(constructs)), frozenset(data_features(repro["case"])),
+                                  frozenset(stored_keyed_names(repro, constructs)),
                                   conversation_dict(Conversation.from_dict(repro["case"]))))
     return out
 
@@ -459,6 +461,7 @@ def mechanisms_for(group: Group, mechanisms: list) -> list:
     target = group.symptom
     constructs = set(cluster.constructs_of(group.request.template))
     features = data_features(group.request.conversation.to_dict())
+    names = None   # the template's names, parsed once and only when a mechanism gets that far
     fitting = []
     for mechanism in mechanisms:
         if mechanism.status != target.status or not mechanism.constructs <= constructs:
@@ -466,6 +469,12 @@ def mechanisms_for(group: Group, mechanisms: list) -> list:
         if target.status != Status.DIVERGED and mechanism.refusal != target.refusal:
             continue
         if not mechanism.features <= features:
+            continue
+        if names is None:
+            names = template_names(group.request.template)
+        # a cause keyed by what it reads (`tools is not none`) is no mechanism of a template that never reads it:
+        # its reproducer given this group's data may differ alike, through the group's data alone
+        if not mechanism.names <= names:
             continue
         fitting.append((mechanism.first != target.first, len(mechanism.template), mechanism.id, mechanism))
     fitting.sort(key=lambda item: item[:3])
@@ -759,6 +768,26 @@ def keyed_names(cause) -> set:
         for prefix in ("reads:", "binds:"):
             if part.startswith(prefix):
                 names |= path_names(part[len(prefix):])
+    return names
+
+
+def stored_keyed_names(repro: dict, constructs: Optional[list] = None) -> set:
+    """keyed_names of a stored cause, recomputed from its reproducer (cluster.cause_key): its culprit
+    constructs, the names of the paths it is keyed as reading, the names it is keyed as binding."""
+    constructs = cluster.constructs_of(repro["template"]) if constructs is None else constructs
+    reference, engine = outcome_from_dict(repro["reference"]), outcome_from_dict(repro["engine"])
+    symptom = compare(reference, engine)
+    if symptom is None:
+        return set(cluster.culprits(constructs))
+    case = Conversation.from_dict(repro["case"]).to_dict()
+    key = cluster.cause_key(symptom, constructs, reference, engine, False,
+                            cluster.read_paths(repro["template"], case), case)
+    names: set = set()
+    for part in key.partition("#")[0].split(","):
+        if part.startswith(("reads:", "binds:")):
+            names |= path_names(part.split(":", 1)[1])
+        elif part:
+            names.add(part)
     return names
 
 
