@@ -31,7 +31,7 @@ BUGS = ["tojson-sorts-keys", "tojson-escapes-html", "tojson-ignores-indent", "no
         "no-raise-exception", "no-strftime-now", "null-keys-kept", "null-content-empty", "loop-last-early",
         "trim-keeps-newlines", "iterable-false-on-strings", "str-plus-list-allowed", "bos-doubled",
         "generation-prompt-ignored", "no-string-test", "eos-token-unbound", "tool-arguments-parsed",
-        "developer-as-system", "empty-tools-as-none"]
+        "developer-as-system", "empty-tools-as-none", "continue-rebuilt"]
 COMBINATIONS = [tuple(sorted(random.Random(seed).sample(BUGS, 3))) for seed in range(10)]
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPLAIN = ROOT / "conformance" / "explain"
-STAGES = ("plan_groups", "look_up", "reduce_groups", "cluster_causes", "_merge_by_mechanism", "confirm_causes",
+STAGES = ("plan_groups", "look_up", "reduce_groups", "own_differences", "cluster_causes", "_merge_by_mechanism", "confirm_causes",
           "rank_causes")
 
 

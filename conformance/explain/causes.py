@@ -105,7 +105,8 @@ class Cause:
         return {"template": request.template, "case": case, "bos_token": request.bos_token,
                 "eos_token": request.eos_token, "reference": outcome_record(self.found.reference),
                 "engine": outcome_record(self.found.engine), "confirmed": self.confirmed,
-                "lines": lines_of(request.template), "messages": len(request.messages)}
+                "lines": lines_of(request.template), "messages": len(request.messages),
+                **({"owner": list(self.found.owner)} if self.found.owner else {})}
 
     def to_dict(self) -> dict:
         data = {"id": self.id, "title": self.title, "constructs": self.constructs,
@@ -291,6 +292,7 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     # process, not a server start per candidate template); every cause is confirmed on the engine itself.
     reducer = _reduction_runner(engine, log)
     reduced = reduce_groups(plan, known, reference, reducer, stats, cache, families or {}, parallel, progress)
+    own_differences(reduced.found, reference, reducer, stats)
     causes = cluster_causes(plan, reduced.found, set(known.found))
     causes = _merge_by_mechanism(causes, reduced.found, reference, reducer, stats)
     confirm_started = time.perf_counter()
@@ -625,6 +627,54 @@ def _paths(request: RenderRequest) -> list:
     return cluster.read_paths(request.template, request.conversation.to_dict())
 
 
+def own_differences(found: dict, reference, engine, stats: Optional[DriverStats] = None) -> None:
+    """Stage own: which data owns each reproducer's difference (find_owners)."""
+    find_owners(found, reference, engine, stats)
+
+
+def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = None) -> None:
+    """Each reproducer whose data holds a trigger an engine's request layer may handle on its own
+    (cluster.ownable: a flag set, an uncommon role, a null) is rendered again without each such trigger
+    (cluster.ablate), both sides, in one batch; the triggers whose removal leaves no difference at all own it
+    (Found.owner), and it is keyed by them (cluster.cause_key). A 1-minimal reproducer needs its trigger to show
+    its own difference, but another difference may show without it: then the trigger does not own it.
+    Taking out data the template itself looks at (a role it compares, a null it tests) also takes away what the
+    template does with it, so such a trigger is taken out only of a reproducer with no construct of its own (one
+    that only prints data); for any reproducer it is also replaced by what a request layer may make of it
+    (cluster.stand_ins: a role as a usual one, a null as ""), the reference alone rendering: the reference
+    printing exactly what the engine printed owns the difference too. A refusal is the engine's own, never its
+    request layer's."""
+    batch, owners, stand_in, stand_in_owners = [], [], [], []
+    for key, repro in found.items():
+        if repro.ignores_template or repro.symptom.status not in (Status.DIVERGED, Status.ENGINE_RENDERED):
+            continue
+        case = repro.request.conversation.to_dict()
+        bare = not cluster.culprits(cluster.constructs_of(repro.request.template))
+        for trigger in cluster.ownable(case):
+            if bare or trigger in cluster.UNSEEN_BY_TEMPLATES:
+                batch.append(_with_case(repro.request, cluster.ablate(case, trigger)))
+                owners.append((key, trigger))
+            if isinstance(repro.engine, Rendered):
+                for variant in cluster.stand_ins(case, trigger):
+                    stand_in.append(_with_case(repro.request, variant))
+                    stand_in_owners.append((key, trigger))
+    owned: dict = {}
+    for (key, trigger), pair in zip(owners, render_pairs(reference, engine, batch, stats)):
+        if _answered(pair) and not _differs(pair):
+            owned.setdefault(key, set()).add(trigger)
+    if stand_in:
+        for (key, trigger), outcome in zip(stand_in_owners, reference.render_many(stand_in)):
+            if isinstance(outcome, Rendered) and outcome.text == found[key].engine.text:
+                owned.setdefault(key, set()).add(trigger)
+    for key, triggers in owned.items():
+        found[key].owner = tuple(sorted(triggers))
+
+
+def _with_case(request: RenderRequest, case: dict) -> RenderRequest:
+    return RenderRequest(request.template, Conversation.from_dict(case), request.bos_token, request.eos_token,
+                         request.template_id, request.case_id)
+
+
 def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
     """Stage cluster: the reproducers grouped by cause key (cluster.py) into Causes, each reported with its
     smallest reproducer and holding every cell of its groups."""
@@ -632,7 +682,7 @@ def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
     for group_key, repro in found.items():
         constructs = cluster.constructs_of(repro.template)
         key = cluster.cause_key(repro.symptom, constructs, repro.reference, repro.engine, repro.ignores_template,
-                                _paths(repro.request), repro.request.conversation.to_dict())
+                                _paths(repro.request), repro.request.conversation.to_dict(), repro.owner)
         entry = by_key.setdefault(key, {"groups": [], "constructs": constructs})
         entry["groups"].append(group_key)
     causes = []
@@ -643,8 +693,9 @@ def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
         cause = Cause(id=cluster.cause_id(key), key=key,
                       title=cluster.title(best.symptom, constructs, best.reference, best.engine,
                                           best.ignores_template, _paths(best.request),
-                                          best.request.conversation.to_dict()),
-                      constructs=cluster.culprits(constructs), all_constructs=constructs, symptom=best.symptom,
+                                          best.request.conversation.to_dict(), best.owner),
+                      constructs=[] if best.owner else cluster.culprits(constructs), all_constructs=constructs,
+                      symptom=best.symptom,
                       found=best, cached=all(g in cached_groups for g in entry["groups"]), candidates=candidates)
         for group_key in entry["groups"]:
             for result in plan.groups[group_key].cells:
@@ -680,11 +731,12 @@ def _confirm(causes: list, plan: Plan, found: dict, reference, engine, stats) ->
             symptom = compare(ref, eng)
             if symptom is not None and symptom.keeps(repro.symptom):
                 cause.found = Found(repro.request, ref, eng, symptom, repro.renders, repro.complete,
-                                    ignores_template=repro.ignores_template)
+                                    ignores_template=repro.ignores_template, owner=repro.owner)
                 cause.confirmed = True
                 constructs = cluster.constructs_of(repro.request.template)
                 cause.title = cluster.title(symptom, constructs, ref, eng, repro.ignores_template,
-                                            _paths(repro.request), repro.request.conversation.to_dict())
+                                            _paths(repro.request), repro.request.conversation.to_dict(),
+                                            repro.owner)
                 confirmed.add(cause_id)
             elif pending[cause_id] + 1 < min(len(cause.candidates), 3):
                 still[cause_id] = pending[cause_id] + 1
@@ -774,6 +826,8 @@ def keyed_names(cause) -> set:
 def stored_keyed_names(repro: dict, constructs: Optional[list] = None) -> set:
     """keyed_names of a stored cause, recomputed from its reproducer (cluster.cause_key): its culprit
     constructs, the names of the paths it is keyed as reading, the names it is keyed as binding."""
+    if repro.get("owner"):
+        return set()   # keyed by the data that owns its difference, whatever the template uses
     constructs = cluster.constructs_of(repro["template"]) if constructs is None else constructs
     reference, engine = outcome_from_dict(repro["reference"]), outcome_from_dict(repro["engine"])
     symptom = compare(reference, engine)

@@ -358,13 +358,103 @@ def triggers(case: Optional[dict]) -> list:
     return sorted(found)
 
 
+# Request data no template is given (transformers and the engines act on it around the template): a difference
+# it owns is the two sides' handling of it, whatever constructs the reproducer holds.
+UNSEEN_BY_TEMPLATES = frozenset({"continue_final_message"})
+
+
+def ownable(case: Optional[dict]) -> list:
+    """The triggers of a reproducer's data (triggers) that can be taken out of it to see whether they own its
+    difference: a flag set, an uncommon role, a null. A boolean is a value the template reads, not data an
+    engine's request layer handles on its own."""
+    return [t for t in triggers(case) if not t.endswith(("=true", "=false"))]
+
+
+def ablate(case: dict, trigger: str) -> dict:
+    """The case without one trigger: a flag unset, an uncommon role made `user`, every null under the named
+    top-level field removed (a null key dropped, a null item left out)."""
+    out = json.loads(json.dumps(case))
+    if trigger in ("add_generation_prompt", "continue_final_message"):
+        out[trigger] = False
+    elif trigger.startswith("role="):
+        role = trigger[len("role="):]
+        for message in out.get("messages") or []:
+            if isinstance(message, dict) and message.get("role") == role:
+                message["role"] = "user"
+    elif trigger.endswith("=null"):
+        top = trigger.split(".", 1)[0].split("=", 1)[0]
+
+        def drop(value):
+            if isinstance(value, dict):
+                return {k: drop(v) for k, v in value.items() if v is not None}
+            if isinstance(value, list):
+                return [drop(v) for v in value if v is not None]
+            return value
+
+        if out.get(top) is not None:
+            out[top] = drop(out[top])
+    return out
+
+
+def stand_ins(case: dict, trigger: str) -> list:
+    """The case with a trigger the template can see replaced by what an engine's request layer may make of it:
+    an uncommon role as each usual one, a null as an empty string. The reference given one of them printing
+    exactly what the engine printed shows the engine turned the trigger into it, whatever the template does."""
+    if trigger.startswith("role="):
+        role = trigger[len("role="):]
+        out = []
+        for usual in ("system", "user", "assistant"):
+            variant = json.loads(json.dumps(case))
+            for message in variant.get("messages") or []:
+                if isinstance(message, dict) and message.get("role") == role:
+                    message["role"] = usual
+            out.append(variant)
+        return out
+    if trigger.endswith("=null"):
+        top = trigger.split(".", 1)[0].split("=", 1)[0]
+
+        def empty(value):
+            if isinstance(value, dict):
+                return {k: "" if v is None else empty(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [empty(v) for v in value]
+            return value
+
+        variant = json.loads(json.dumps(case))
+        if variant.get(top) is not None:
+            variant[top] = empty(variant[top])
+        return [variant]
+    return []
+
+
+def owner_subject(owner: Iterable[str]) -> str:
+    """How a title names the data that owns a difference."""
+    said = []
+    for trigger in owner:
+        if trigger in ("add_generation_prompt", "continue_final_message"):
+            said.append(f"`{trigger}`")
+        elif trigger.startswith("role="):
+            said.append(f"a `{trigger[len('role='):]}` message")
+        else:
+            said.append(f"a null in `{trigger[:-len('=null')]}`")
+    return " with ".join(said) + " (the request's data, whatever the template does with it)"
+
+
 def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
-              ignores_template: bool = False, paths: Optional[list] = None, case: Optional[dict] = None) -> str:
+              ignores_template: bool = False, paths: Optional[list] = None, case: Optional[dict] = None,
+              owner: tuple = ()) -> str:
     """The clustering key of a reduced reproducer. An engine that ignores the template (it renders the case
     the same with an empty one) is keyed by that and the kind of difference, not by the template's constructs.
     A reproducer with no construct of its own that differs in text is keyed by what it reads (`paths`, see
     reads_key) and the difference: the difference alone is never an identity. A difference in output is keyed
-    by its data trigger too (triggers(case)); a refusal by its message."""
+    by its data trigger too (triggers(case)); a refusal by its message. A difference that a trigger of its data
+    owns (`owner`: taking that trigger out of the reproducer leaves no difference at all, both sides rendered) is
+    the engine's handling of that data, keyed by it alone: a continued final message rebuilt by the engine
+    shows through every template differently, and is one bug."""
+    if owner and not ignores_template:
+        if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
+            return f"owned:{'+'.join(owner)}#refuses|{_QUOTED.sub(chr(39) + '…' + chr(39), symptom.refusal)}"
+        return f"owned:{'+'.join(owner)}#output"
     found = culprits(constructs)
     unbound = unbound_globals(symptom, reference, engine, paths, case, ignores_template)
     if unbound:
@@ -476,9 +566,12 @@ def _quote(text: str, limit: int = 24) -> str:
 
 
 def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
-          ignores_template: bool = False, paths: Optional[list] = None, case: Optional[dict] = None) -> str:
+          ignores_template: bool = False, paths: Optional[list] = None, case: Optional[dict] = None,
+          owner: tuple = ()) -> str:
     """A short generated title: what the reduced reproducer uses (or, with no construct of its own, what it
-    reads: reads_key), and how the engine differs on it."""
+    reads: reads_key; or the data that owns the difference: owner_subject), and how the engine differs on it."""
+    if owner and not ignores_template:
+        return _how(owner_subject(owner), True, symptom, reference, engine, False)
     names = [] if ignores_template else culprits(constructs)
     reads = reads_key(symptom, constructs, reference, engine, paths, ignores_template)
     who = "the engine ignores the template" if ignores_template else subject(names)
@@ -495,12 +588,18 @@ def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engin
         who += " of " + ", ".join(f"`{path}`" for path in tested[:3]) + (" ..." if len(tested) > 3 else "")
     if ignores_template:
         names = ["(ignores the template)"]
+    return _how(who, bool(names), symptom, reference, engine, ignores_template)
+
+
+def _how(who: str, named: bool, symptom: Symptom, reference: Outcome, engine: Outcome,
+         ignores_template: bool) -> str:
+    """A title's `who: how the engine differs` (`named`: `who` names something the title can lead with)."""
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
         message = _shorten(first_line(engine.message), 80)
-        return f"{who}: the engine refuses ({message})" if names else f"the engine refuses: {message}"
+        return f"{who}: the engine refuses ({message})" if named else f"the engine refuses: {message}"
     if symptom.status == Status.ENGINE_RENDERED:
         message = _shorten(first_line(reference.message), 80)
-        return (f"{who}: renders where the reference refuses ({message})" if names else
+        return (f"{who}: renders where the reference refuses ({message})" if named else
                 f"renders where the reference refuses ({message})")
     ref, eng = reference.text, engine.text
     if ignores_template:

@@ -16,9 +16,10 @@ from typing import Callable, Optional
 
 from conformance.explain import cluster
 from conformance.explain.baseline_merge import _one_cause
+from conformance.explain.causes import find_owners
 from conformance.explain.driver import render_pairs
 from conformance.explain.minimal import _full, is_one_minimal
-from conformance.explain.reduce import PROBE_TEMPLATE, _answer
+from conformance.explain.reduce import PROBE_TEMPLATE, Found, _answer
 from conformance.explain.signature import compare, outcome_record
 from conformance.judge.expectations import Expectations, KnownCause, parse_value
 from runners.base import Conversation, RenderRequest
@@ -69,14 +70,18 @@ def finish_one(cause: KnownCause, engine, reference, template: bool = True, conf
         done.kept_because = "the finished reproducer did not differ when rendered again"
         return done
     ignores = _answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref)
+    found = Found(requests[0], ref, eng, symptom, 0, True, ignores_template=ignores)
+    find_owners({cause.id: found}, reference, confirm or engine)
     constructs = cluster.constructs_of(repro["template"])
     data = requests[0].conversation.to_dict()
     paths = cluster.read_paths(repro["template"], data)
-    key = cluster.cause_key(symptom, constructs, ref, eng, ignores, paths, data)
+    key = cluster.cause_key(symptom, constructs, ref, eng, ignores, paths, data, found.owner)
     stored = {"template": repro["template"], "case": repro["case"], "bos_token": repro.get("bos_token"),
-              "eos_token": repro.get("eos_token"), "reference": outcome_record(ref), "engine": outcome_record(eng)}
-    title = cluster.title(symptom, constructs, ref, eng, ignores, paths, data)
-    done.record = KnownCause(cluster.cause_id(key), title, cause.reason, cause.link, cluster.culprits(constructs),
+              "eos_token": repro.get("eos_token"), "reference": outcome_record(ref), "engine": outcome_record(eng),
+              **({"owner": list(found.owner)} if found.owner else {})}
+    title = cluster.title(symptom, constructs, ref, eng, ignores, paths, data, found.owner)
+    done.record = KnownCause(cluster.cause_id(key), title, cause.reason, cause.link,
+                             [] if found.owner else cluster.culprits(constructs),
                              symptom.to_dict(), stored)
     return done
 

@@ -59,6 +59,7 @@ class Found:
     complete: bool           # False when the budget ran out before the passes settled
     phases: dict = field(default_factory=dict)
     ignores_template: bool = False  # the engine renders this case the same with a plain-text template
+    owner: tuple = ()        # the data triggers that own the difference (causes.own_differences)
 
     @property
     def template(self) -> str:

@@ -490,7 +490,7 @@ def _baseline_repro(repro: Optional[dict]) -> Optional[dict]:
     """What a baseline keeps of a reproducer: enough to render it again and to show both sides."""
     if not repro:
         return None
-    keep = ("template", "case", "bos_token", "eos_token", "reference", "engine")
+    keep = ("template", "case", "bos_token", "eos_token", "reference", "engine", "owner")
     return {k: repro[k] for k in keep if k in repro}
 
 

@@ -53,6 +53,8 @@ BUGS = {
     "tool-arguments-parsed": "tool call arguments given as a JSON string reach the template parsed into an object",
     "developer-as-system": "a developer message reaches the template with the role system",
     "empty-tools-as-none": "an empty tools list reaches the template as none",
+    "continue-rebuilt": "a continued final message is not rendered by the template: the messages before it are, "
+                        "with the generation prompt, and its text is appended",
 }
 
 
@@ -175,7 +177,22 @@ def _plant(bugs: frozenset) -> None:
                     message = dict(message, content="")
                 fixed.append(message)
             conversation["messages"] = fixed
-        outcome = render(template, bos_token, eos_token, conversation)
+        final = messages[-1] if messages and isinstance(messages[-1], dict) else None
+        if "continue-rebuilt" in bugs and conversation.get("continue_final_message") and final is not None \
+                and isinstance(final.get("content"), str):
+            before = dict(conversation, messages=conversation["messages"][:-1], add_generation_prompt=True,
+                          continue_final_message=False)
+            # as llama.cpp does, an empty conversation before the final message is rendered, not refused
+            checked = plain_jinja2._check_call
+            plain_jinja2._check_call = lambda kwargs, messages, *flags: checked(kwargs, messages or [{}], *flags)
+            try:
+                outcome = render(template, bos_token, eos_token, before)
+            finally:
+                plain_jinja2._check_call = checked
+            if outcome[0] == "rendered":
+                outcome = ("rendered", outcome[1] + final["content"])
+        else:
+            outcome = render(template, bos_token, eos_token, conversation)
         if ("bos-doubled" in bugs and outcome[0] == "rendered" and bos_token
                 and outcome[1].startswith(bos_token)):
             outcome = ("rendered", bos_token + outcome[1])

@@ -1,0 +1,71 @@
+"""Differences the request's data owns (causes.find_owners): a reproducer rendered again without its trigger, or
+with the trigger as a request layer may have made it, both against the real reference and an HF-faithful
+harness with request-layer bugs and one template-engine bug planted. A request-layer bug is one cause whatever
+the template does with the data; a template-engine bug reached only through data is not the data's."""
+from __future__ import annotations
+
+from conformance.explain import cluster
+from conformance.explain.causes import find_owners
+from conformance.explain.reduce import Found
+from runners.base import Conversation, RenderRequest
+from tests.planted_support import differing
+
+PLANTED = ("developer-as-system", "continue-rebuilt", "tojson-sorts-keys")
+
+
+def _request(template: str, messages: list, **flags) -> RenderRequest:
+    return RenderRequest(template, Conversation(messages=messages, **flags), None, None, "t", "c")
+
+
+def _owners(planted, requests: dict) -> dict:
+    reference, engine = planted
+    found = {name: Found(request, ref, eng, symptom, 0, True)
+             for name, request, ref, eng, symptom, _ in differing(planted, requests)}
+    find_owners(found, reference, engine)
+    return {name: repro.owner for name, repro in found.items()}
+
+
+def test_request_layer_bugs_are_owned_by_their_data_and_template_bugs_are_not(planted):
+    developer = [{"role": "developer", "content": "be brief"}, {"role": "user", "content": "hi"}]
+    owners = _owners(planted, {
+        # prints the role: taking the developer message out (made a user's) leaves no difference
+        "prints-role": _request("{{ messages[0].role }}", developer),
+        # tests and transforms the role: only the reference given `system` prints what the engine printed
+        "tests-role": _request("{% if messages[0].role is string %}{{ messages[0].role | upper }}{% endif %}",
+                               developer),
+        # the continuation rebuilt by the engine, through a construct of the template's own
+        "continued": _request("{% for m in messages %}{{ m.role | trim }}:{{ m.content }}|{% endfor %}"
+                              "{% if add_generation_prompt %}bot:{% endif %}",
+                              [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure"}],
+                              continue_final_message=True),
+        # a tojson bug the template reaches only for a tool message: the template's, not the data's
+        "tojson-in-branch": _request("{% if messages[0].role == 'tool' %}{{ {'b': 1, 'a': 2} | tojson }}"
+                                     "{% endif %}", [{"role": "tool", "content": "r"}]),
+    })
+    assert owners["prints-role"] == ("role=developer",)
+    assert owners["tests-role"] == ("role=developer",)
+    assert owners["continued"] == ("continue_final_message",)
+    assert owners["tojson-in-branch"] == ()
+
+
+def test_an_owned_difference_is_keyed_and_titled_by_its_data():
+    from conformance.explain.signature import Symptom
+    from conformance.judge.status import Status
+    from runners.base import Rendered
+
+    symptom = Symptom(Status.DIVERGED, frozenset({("developer", "system")}), first=("developer", "system"))
+    one = cluster.cause_key(symptom, ["filter:upper"], Rendered("DEVELOPER"), Rendered("SYSTEM"),
+                            owner=("role=developer",))
+    other = cluster.cause_key(symptom, ["test:string"], Rendered("developer"), Rendered("system"),
+                              owner=("role=developer",))
+    assert one == other == "owned:role=developer#output"
+    assert cluster.title(symptom, ["filter:upper"], Rendered("DEVELOPER"), Rendered("SYSTEM"),
+                         owner=("role=developer",)).startswith("a `developer` message")
+    # the trigger taken out, and its stand-ins
+    case = {"messages": [{"role": "developer", "content": None}], "continue_final_message": True}
+    assert cluster.ablate(case, "continue_final_message")["continue_final_message"] is False
+    assert cluster.ablate(case, "role=developer")["messages"][0]["role"] == "user"
+    assert cluster.ablate(case, "messages.*=null")["messages"] == [{"role": "developer"}]
+    assert [v["messages"][0]["role"] for v in cluster.stand_ins(case, "role=developer")] == \
+        ["system", "user", "assistant"]
+    assert cluster.stand_ins(case, "messages.*=null")[0]["messages"][0]["content"] == ""
