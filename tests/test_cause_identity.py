@@ -112,3 +112,15 @@ def test_a_construct_refusing_each_argument_it_lacks_is_one_cause():
     finally:
         engine.close()
         reference.close()
+
+
+def test_read_paths_keep_a_name_only_some_branches_bind_as_data():
+    """`{% if not tools is defined %}{% set tools = none %}{% endif %}` (Llama 3.1, MiniMax-M1) leaves `tools` the
+    request's: every name a template may read includes it; a name every branch binds is the template's."""
+    defaulted = "{% if not tools is defined %}{% set tools = none %}{% endif %}{% if tools is not none %}t{% endif %}"
+    assert cluster.read_paths(defaulted, maybe_data=True) == ["tools"]
+    both = "{% if messages %}{% set y = 'a' %}{% else %}{% set y = 'b' %}{% endif %}{{ y }}"
+    assert cluster.read_paths(both, maybe_data=True) == ["messages"]
+    # a reproducer's data takes the branch it needs: read as bound, never as a global the engine binds
+    branch = "{% if messages[0].role == 'system' %}{% set s = messages[0].content %}{% endif %}{{ s }}"
+    assert cluster.read_paths(branch, {"messages": [{"role": "system", "content": ""}]}) == ["messages[].*"]

@@ -852,7 +852,7 @@ def path_names(path: str) -> set:
 def template_names(template: str) -> set:
     """Every construct a template uses and every name in the paths it reads (un-normalised)."""
     names = set(cluster.constructs_of(template))
-    for path in cluster.read_paths(template):
+    for path in cluster.read_paths(template, maybe_data=True):
         names |= path_names(path)
     return names
 

@@ -35,7 +35,10 @@ from conformance.files import ENCODING_ERRORS
 from conformance.judge.status import Status
 from runners.base import Outcome
 
+# `{% set k, v = ... %}` carries too: it is also what the reducer makes of `{% for k, v in ... %}` (its first
+# item), so as a culprit it would name a construct the template never had.
 CARRIERS = frozenset({"stmt:for", "stmt:if", "stmt:elif", "stmt:else", "stmt:set", "stmt:set-namespace",
+                      "stmt:set-multiple",
                       "stmt:with", "global:namespace", "global:range", "method:items", "filter:items",
                       "op:subscript", "op:attr", "op:slice", "syntax:comment", "call:other"})
 CARRIER_FAMILIES = ("var:", "literal:", "ws:", "expr:", "op:")
@@ -97,6 +100,15 @@ def _path(node, scope: dict):
     return None
 
 
+def _root(node) -> Optional[str]:
+    """The name an attribute, index or method chain starts from (`tools` of `tools[0].function`)."""
+    from jinja2 import nodes
+
+    while isinstance(node, (nodes.Getattr, nodes.Getitem, nodes.Call, nodes.Filter)):
+        node = node.node
+    return node.name if isinstance(node, nodes.Name) else None
+
+
 def _data_keys(case: dict) -> set:
     """Every mapping key the case's data holds (message, tool and kwarg keys, at any depth)."""
     keys: set = set()
@@ -119,12 +131,15 @@ def _data_keys(case: dict) -> set:
 REQUEST_NAMES = frozenset({"messages", "tools", "documents", "add_generation_prompt"})
 
 
-def read_paths(template: str, case: Optional[dict] = None) -> list:
+def read_paths(template: str, case: Optional[dict] = None, maybe_data: bool = False) -> list:
     """The data paths a template reads, normalised: loop and `set` names resolved to what they range over or
     hold (`for m in messages` -> `messages[]`), indices and slices as `[]`, literals left out, and a key the
     case's data holds written `*` (which key holds the value is the data's: one bug reached through `content`
     or `name` is one bug), while a name the data lacks is kept (`thinking`, `bos_token`: the template asks the
-    engine for it). `"k" in x` reads x.k. Only the longest paths are kept; [] when the template does not parse."""
+    engine for it). `"k" in x` reads x.k. Only the longest paths are kept; [] when the template does not parse.
+    A name only some branches of an `if` bind is read as bound (a reproducer's data takes the branch it needs);
+    with `maybe_data`, as the request's own name too (`{% if not tools is defined %}{% set tools = none %}`
+    leaves `tools` the request's when it is given): every name a template may read."""
     from jinja2 import nodes
 
     from conformance.explain.template import _env
@@ -134,6 +149,7 @@ def read_paths(template: str, case: Optional[dict] = None) -> list:
     except Exception:
         return []
     scope: dict = {}
+    maybe: set = set()   # names only some branches of an `if` bind
     found: set = set()
     given = REQUEST_NAMES | set((case or {}).get("kwargs") or {})
 
@@ -164,6 +180,24 @@ def read_paths(template: str, case: Optional[dict] = None) -> list:
             scope.clear()
             scope.update(saved)
             visit_scoped(node.else_)
+            return
+        if isinstance(node, nodes.If):
+            visit(node.test)
+            before = dict(scope)
+            after = []
+            for branch in [node.body] + [[elif_] for elif_ in node.elif_] + [node.else_]:
+                scope.clear()
+                scope.update(before)
+                for child in branch:
+                    visit(child)
+                after.append(dict(scope))
+            scope.clear()
+            for name in set().union(*after):
+                bound = [branch[name] for branch in after if name in branch]
+                # bound to data in some branch: what it is read as may be that data
+                scope[name] = next((path for path in bound if path is not None), None)
+                if len(bound) < len(after) and name not in before:
+                    maybe.add(name)
             return
         if isinstance(node, nodes.Assign):
             visit(node.node)
@@ -212,6 +246,11 @@ def read_paths(template: str, case: Optional[dict] = None) -> list:
             path = _path(node, scope)
             if path is not None and not (isinstance(node, nodes.Name) and node.ctx != "load"):
                 found.add(path)
+            root = _root(node)
+            if maybe_data and root in maybe and not (isinstance(node, nodes.Name) and node.ctx != "load"):
+                own = _path(node, {k: v for k, v in scope.items() if k != root})
+                if own is not None:
+                    found.add(own)
         if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr):
             # a method's name is no path (`x.get`): visit what it is called on and its arguments
             for child in [node.node.node] + list(node.args) + [kw.value for kw in node.kwargs]:
