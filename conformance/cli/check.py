@@ -134,6 +134,7 @@ def cmd_expectations_merge(args) -> int:
 def cmd_expectations_minimize(args) -> int:
     from contextlib import nullcontext
 
+    from conformance.explain import formats
     from conformance.explain.causes import _reduction_runner, _scratch_artefacts
     from conformance.explain.finish import finish_baseline
     from conformance.judge.expectations import ExpectationsError, load_expectations, write_expectations
@@ -154,9 +155,14 @@ def cmd_expectations_minimize(args) -> int:
     with get_runner(REFERENCE_RUNNER) as reference, get_runner(args.runner) as engine:
         reducer = _reduction_runner(engine, log)
         with _scratch_artefacts(engine), (_scratch_artefacts(reducer) if reducer is not engine else nullcontext()):
-            new, counts, _ = finish_baseline(baseline, reducer, reference, template=not args.data_only,
-                                             only=set(args.cause) if args.cause else None, log=log,
-                                             confirm=engine)
+            detect = formats.detector_for(runner)
+            if detect is not None:   # keyed by built-in format, not by mechanism: its own finishing
+                new, counts = formats.finish_format_baseline(baseline, detect, reference, reducer, engine,
+                                                             only=set(args.cause) if args.cause else None, log=log)
+            else:
+                new, counts, _ = finish_baseline(baseline, reducer, reference, template=not args.data_only,
+                                                 only=set(args.cause) if args.cause else None, log=log,
+                                                 confirm=engine)
     write_expectations(new)
     print(f"{new.path}: {counts['causes_before']} -> {counts['causes_after']} root causes; {counts['reduced']} "
           f"reproducers reduced further, {counts['renamed']} keyed anew, {counts['merged']} merged into another "

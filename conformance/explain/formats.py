@@ -4,13 +4,15 @@ llama.cpp's built-in route (`llama_chat_apply_template`) never evaluates a templ
 hard-coded formats by substrings of the template text (runners/llamacpp/builtin.py ports the rules) and writes
 that format. A cell's cause is therefore the format detected and the rule that picked it, with how the cell
 differs: one cause per (format, rule, symptom), where the symptom is the engine's refusal (a template no rule
-knows, tools without Jinja) or the kind of difference (the format's prompt differs from the template's; the
-format renders where the template refuses). Reducing the template as Jinja would only change which format is
-picked, so its reproducer is the template cut, by the detection port alone, to the text that picks the same
-format by the same rule (cut_template; where the difference is the template's own refusal, the cut also keeps
-the reference's answer: cut_keeping_reference), and the conversation is reduced (reduce.Reduction without
-template passes) on the engine's reduction runner, then rendered again on the engine itself and kept only if it
-still differs as it did.
+knows, tools without Jinja, a construct llama-server will not load at start-up) or the kind of difference (the
+format's prompt differs from the template's; the format renders where the template refuses). Its reproducer is
+the template cut, by the detection port alone, to the text that picks the same format by the same rule
+(cut_template), with the conversation reduced (reduce.Reduction without template passes) on the engine's
+reduction runner. Where that cut no longer differs so (the difference needs the template's own answer: its
+refusal, or a construct the server will not load), the whole template is reduced as Jinja instead, every
+candidate held to the same format by the same rule (FormatReduction: both sides rendered, so the reference's
+answer and the engine's are both kept). Either is rendered again on the engine itself and kept only if it still
+differs as it did.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from dataclasses import replace
 from typing import Callable, Optional
 
 from conformance.explain.driver import DriverStats, drive, render_pairs
-from conformance.explain.reduce import DEFAULT_BUDGET, Found, Reduction, conversation_dict
+from conformance.explain.reduce import DEFAULT_BUDGET, BudgetSpent, Found, Reduction, conversation_dict
 from conformance.explain.signature import Symptom, compare, symptom_for
 from conformance.judge.status import NO_ANSWER, NON_MATCHING, Status, gain_if_fixed
 
@@ -75,33 +77,54 @@ def cut_template(template: str, detect: Callable) -> str:
     return "".join(_ddmin(list("".join(lines)), lambda kept: same("".join(kept))))
 
 
-def cut_keeping_reference(request, detect: Callable, reference, cut: Optional[str] = None) -> str:
-    """The smallest text that `detect` gives the same (format, rule) as the request's template and that the
-    reference answers as it answers the whole template (the same refusal, or a render), given the request's
-    conversation. A format cause's difference is the format's output against the template's: where the
-    template refuses, the cut must keep that refusal, and a cut that does not parse makes the reference refuse
-    where the whole template renders. `cut`: the plain cut (cut_template), returned when it already keeps the
-    reference's answer. Detection is checked first, so only texts that pick the format are rendered."""
-    from runners.base import Raised
+# The pair a candidate that picks another format (or the same by another rule) stands for, never rendered: both
+# sides alike, so it keeps no difference.
+_OTHER_FORMAT = "the candidate picks another built-in format"
 
-    def answer(text: str) -> tuple:
-        outcome = next(iter(reference.render_many([replace(request, template=text)])))
-        return ("raised", outcome.message) if isinstance(outcome, Raised) else (outcome.kind,)
 
-    target, wanted = detect(request.template), answer(request.template)
-    if cut is not None and answer(cut) == wanted:
-        return cut
-    seen: dict = {}
+class FormatReduction(Reduction):
+    """Reduce a format cause's template as Jinja (the reducer's template passes and single steps, both sides
+    rendered) while every candidate picks the same format by the same rule: a cause whose difference needs the
+    template's own answer (its refusal, or a construct llama-server will not load) keeps that answer, and the
+    format stays the one that renders or refuses. Candidates that pick another format are never rendered."""
 
-    def same(text: str) -> bool:
-        if detect(text) != target:
-            return False
-        if text not in seen:
-            seen[text] = answer(text) == wanted
-        return seen[text]
+    def __init__(self, request, target: Symptom, detect: Callable, **kwargs):
+        super().__init__(request, target, **kwargs)
+        self.detect = detect
+        self.picked = detect(request.template)
+        self.other_format = 0   # candidates turned away by detection alone, unrendered
 
-    lines = _ddmin(request.template.splitlines(keepends=True), lambda kept: same("".join(kept)))
-    return "".join(_ddmin(list("".join(lines)), lambda kept: same("".join(kept))))
+    def render(self, requests: list):
+        from runners.base import Raised
+
+        for request in requests:
+            key = self._key(request)
+            if key not in self.memo and self.detect(request.template) != self.picked:
+                self.memo[key] = (Raised(_OTHER_FORMAT), Raised(_OTHER_FORMAT))
+                self.other_format += 1
+        return (yield from super().render(requests))
+
+    def run(self):
+        found = yield from super().run()
+        if not isinstance(found, Found) or not found.complete:
+            return found
+        # The template passes keep a node's text whole (a `{% raw %}` block's lines): its lines go last, then
+        # the single steps again, so the result stays 1-minimal.
+        request = self.best[0]
+        lines = request.template.splitlines(keepends=True)
+        if len(lines) > 1:
+            conversation = conversation_dict(request.conversation)
+            try:
+                self.phase = "lines"
+                yield from self.ddmin(lines, lambda kept: ("".join(kept), conversation))
+                if self.best[0].template != request.template:
+                    self.phase = "onestep"
+                    yield from self.onestep()
+            except BudgetSpent:
+                self.complete = False
+        request, pair, symptom = self.best
+        return Found(request, pair[0], pair[1], symptom, self.renders, self.complete, dict(self.phase_renders),
+                     found.ignores_template)
 
 
 def symptom_kind(symptom: Symptom) -> str:
@@ -194,6 +217,7 @@ def explain_by_format(results, engine, reference, requests: dict, goldens, detec
         if progress:
             progress(done[0], len(starts))
 
+    cut_kept: set = set()
     with _scratch_artefacts(reducer or engine, idle=parallel):
         order = list(cut_starts)
         for key, (ref, eng) in zip(order, render_pairs(reference, reducer or engine,
@@ -201,30 +225,33 @@ def explain_by_format(results, engine, reference, requests: dict, goldens, detec
             symptom = compare(ref, eng)
             if symptom is not None and symptom.differs and symptom_kind(symptom) == groups[key]["kind"]:
                 starts[key] = (cut_starts[key], symptom)
-        tasks = [(key, Reduction(request, symptom, budget=budget, reduce_template=False))
+                cut_kept.add(key)
+        # Where the cut does not differ so (the template's own refusal, or a construct the server will not
+        # load, is part of the difference), the whole template is reduced as Jinja, keeping the format.
+        tasks = [(key, Reduction(request, symptom, budget=budget, reduce_template=False) if key in cut_kept else
+                  FormatReduction(request, symptom, detect, budget=budget))
                  for key, (request, symptom) in starts.items()]
         reduced = drive(tasks, reference, reducer or engine, parallel=parallel, on_done=on_done, stats=stats,
                         failed=lambda key, exc: None)
     reduction_renders = sum(getattr(o, "renders", 0) for o in reduced.values() if o is not None)
-    # Confirm on the engine itself: the reduced reproducer on the cut template, then on the whole one, else the
-    # group's smallest cells as they are (each cut first).
+    # Confirm on the engine itself: the reduced reproducer (on the cut template, or the template reduced with
+    # its format kept), else the group's smallest cells as they are (each cut first).
     candidates = {}
     cuts: dict = {}
     for key, entry in groups.items():
         whole = [requests[r.key] for r, _ in entry["cells"][:TRIES]]
         outcome = reduced.get(key)
-        if isinstance(outcome, Found):
-            whole.insert(0, outcome.request)
         listed = []
-        for index, request in enumerate(whole):
+        if isinstance(outcome, Found):
+            if key in cut_kept:
+                whole.insert(0, outcome.request)
+            else:
+                listed.append(outcome.request)
+        for request in whole:
             if request.template not in cuts:
                 cuts[request.template] = cut_template(request.template, detect)
             if cuts[request.template] != request.template:
                 listed.append(replace(request, template=cuts[request.template]))
-            if index == 0:  # the group's smallest: a cut that keeps the reference's answer too, before the whole
-                kept = cut_keeping_reference(request, detect, reference, cuts[request.template])
-                if kept not in (request.template, cuts[request.template]):
-                    listed.append(replace(request, template=kept))
             listed.append(request)
         candidates[key] = listed
     confirmed: dict = {}
@@ -271,3 +298,75 @@ def _confirm(candidates: dict, groups: dict, confirmed: dict, reference, engine,
             elif pending[key] + 1 < len(candidates[key]):
                 still[key] = pending[key] + 1
         pending = still
+
+
+def finish_format_cause(runner: str, cause, detect: Callable, reference, reducer, engine,
+                        budget: int = DEFAULT_BUDGET) -> tuple:
+    """A stored format cause's reproducer reduced again by FormatReduction (on `reducer`, the engine's reduction
+    runner) and confirmed on `engine`: (the new KnownCause or None, why not, renders spent on the reducer). Kept
+    only when the engine itself gives the cause's own id again (the same format, rule and kind of difference),
+    so the cause's id and cells stay as recorded."""
+    from conformance.explain.driver import render_pairs
+    from conformance.explain.signature import outcome_record
+    from conformance.judge.expectations import KnownCause
+    from runners.base import Conversation, RenderRequest
+
+    repro = cause.repro or {}
+    if not isinstance(repro.get("template"), str) or not isinstance(repro.get("case"), dict):
+        return None, "no reproducer to render", 0
+    request = RenderRequest(repro["template"], Conversation.from_dict(repro["case"]), repro.get("bos_token"),
+                            repro.get("eos_token"), "repro", "repro")
+
+    def same_cause(template: str, symptom) -> bool:
+        return symptom is not None and symptom.differs and \
+            cause_id(runner, *detect(template), symptom_kind(symptom)) == cause.id
+
+    (ref, eng), = render_pairs(reference, reducer, [request])
+    symptom = compare(ref, eng)
+    if not same_cause(request.template, symptom):
+        return None, "the stored reproducer does not differ so on the reduction runner", 1
+    found = drive([("cause", FormatReduction(request, symptom, detect, budget=budget))], reference, reducer,
+                  parallel=1, failed=lambda key, exc: None).get("cause")
+    if not isinstance(found, Found):
+        return None, getattr(found, "reason", "not reduced"), 1
+    (ref, eng), = render_pairs(reference, engine, [found.request])
+    symptom = compare(ref, eng)
+    if not same_cause(found.request.template, symptom):
+        return None, "the reduced reproducer does not differ so on the engine itself", found.renders + 1
+    name, rule = detect(found.request.template)
+    stored = {"template": found.request.template, "case": found.request.conversation.to_dict(),
+              "bos_token": request.bos_token, "eos_token": request.eos_token, "reference": outcome_record(ref),
+              "engine": outcome_record(eng)}
+    record = KnownCause(cause.id, title_of(name, rule, symptom, getattr(eng, "message", "")), cause.reason,
+                        cause.link, list(cause.constructs), symptom.to_dict(), stored)
+    return record, "", found.renders + 1
+
+
+def finish_format_baseline(baseline, detect: Callable, reference, reducer, engine, only: Optional[set] = None,
+                           log: Optional[Callable[[str], None]] = None) -> tuple:
+    """`expectations minimize` for an engine that writes built-in formats: each cause (of `only`) whose stored
+    template a FormatReduction still shrinks is stored with the smaller reproducer, confirmed on `engine`; ids
+    and cells stay (a format cause is keyed by format, rule and kind, which the reduction keeps). Returns (the
+    new Expectations, not written; counts)."""
+    from dataclasses import replace as replaced
+
+    causes, reduced, kept = {}, 0, 0
+    for cause in baseline.causes.values():
+        record = None
+        if only is None or cause.id in only:
+            record, why, renders = finish_format_cause(baseline.runner, cause, detect, reference, reducer, engine)
+            if record is not None and record.repro["template"] == cause.repro["template"] and \
+                    record.repro["case"] == cause.repro["case"]:
+                record = None
+                why = "already as small as FormatReduction makes it"
+            if log is not None:
+                lines = lambda repro: len(repro["template"].splitlines()) or 1  # noqa: E731
+                log(f"{cause.id}: " + (f"{lines(cause.repro)} -> {lines(record.repro)} template lines, "
+                                       f"{renders} renders" if record is not None else f"kept as recorded ({why})"))
+        reduced += record is not None
+        kept += record is None
+        causes[cause.id] = record or cause
+    counts = {"causes_before": len(baseline.causes), "causes_after": len(causes), "reduced": reduced,
+              "renamed": 0, "merged": 0, "kept": kept}
+    return replaced(baseline, causes=causes), counts
+
