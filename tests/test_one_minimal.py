@@ -41,12 +41,6 @@ WHY_NOT = {
     "paperkiln": {"*": "paperkiln resolves a template to a record by the sha256 of its exact text: any smaller "
                        "template is unknown to it (\"raw completion only\"), so the whole template is the "
                        "reproducer; only the conversation is reduced"},
-    "llamacpp-builtin": {"*": "llama.cpp without Jinja never evaluates the template: it picks a built-in format "
-                              "by substrings of the template text (llm_chat_detect_template). A reproducer is the "
-                              "template cut to the text that picks the same format by the same rule (one line), "
-                              "or, where the difference needs the reference's own answer (the template's "
-                              "refusal), cut to the text that also keeps that answer; where neither cut is "
-                              "confirmed on llama-server, the whole template stays, its conversation reduced"},
 }
 
 # runner -> {cause id: why its reproducer is not 1-minimal}
