@@ -32,8 +32,10 @@ BASELINES = sorted(p.stem for p in EXPECTATIONS.glob("*.json"))
 RE_RECORDED = {"minijinja", "hfjs", "paperkiln", "ferrox", "chatml-builtin", "llama-cpp-python", "mistralrs",
                "tgi", "llamacpp", "sglang", "vllm", "mistralrs-server", "ollama"}
 # Baselines whose reproducers exceed MAX_LINES; a strict xfail, so shrinking one makes this list wrong until it
-# is taken out. ollama: 1 of its 15 (36 lines), a Go-template cause: Ollama picks its Go template by the
-# template's text, so a smaller template picks another (a cut like llama.cpp's built-in formats' is not built).
+# is taken out. ollama: 1 of its 15 (36 lines), a Go-template cause: Ollama renders its own Go template for a
+# Jinja text within Levenshtein distance 99 of an index entry's, so a template that picks gemma3-instruct (1,532
+# characters) has at least 1,433; the stored one has exactly that (test below). It cannot get smaller; fewer lines
+# would be the same characters reflowed (each newline dropped spends one of the 99 edits), not a smaller input.
 OVERSIZED = {"ollama"}
 # runner -> {cause id, or "*" for all: why its reproducer may exceed MAX_LINES}: only an engine that never
 # evaluates the template (so no smaller template is the same input to it) may keep a whole one.
@@ -90,6 +92,23 @@ def test_every_exemption_is_needed_and_says_why():
             needed = any(lines > MAX_LINES for lines in sizes.values()) if cause_id == "*" else \
                 sizes.get(cause_id, 0) > MAX_LINES
             assert needed, f"{name} {cause_id} needs no exemption any more"
+
+
+def test_an_oversized_go_template_reproducer_is_as_small_as_ollamas_choice_allows():
+    """What keeps ollama in OVERSIZED: each of its reproducers over MAX_LINES is one for which Ollama renders its
+    own Go template, picked by distance, and has no character more than the smallest text that picks it."""
+    from runners.ollama import selection
+
+    over = [c for c in _causes("ollama") if tpl.lines_of(c["repro"]["template"]) > MAX_LINES]
+    assert over
+    for cause in over:
+        template = cause["repro"]["template"]
+        choice = selection.choose(template)
+        assert choice.route == selection.ROUTE_GO, (cause["id"], choice)
+        entry = next(text for name, text in selection.index()
+                     if name == choice.template and selection.bounded_distance(template, text) == choice.distance)
+        # Levenshtein distance is at least the length difference: no text under this length is near enough
+        assert len(template) == len(entry) - (selection.CUTOFF - 1), (cause["id"], len(template), len(entry))
 
 
 def _available(name: str) -> bool:

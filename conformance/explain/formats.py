@@ -306,7 +306,6 @@ def finish_format_cause(runner: str, cause, detect: Callable, reference, reducer
     runner) and confirmed on `engine`: (the new KnownCause or None, why not, renders spent on the reducer). Kept
     only when the engine itself gives the cause's own id again (the same format, rule and kind of difference),
     so the cause's id and cells stay as recorded."""
-    from conformance.explain.driver import render_pairs
     from conformance.explain.signature import outcome_record
     from conformance.judge.expectations import KnownCause
     from runners.base import Conversation, RenderRequest
