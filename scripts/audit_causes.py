@@ -33,7 +33,8 @@ from conformance.explain.template import lines_of  # noqa: E402
 from runners.base import Conversation, RenderRequest, outcome_from_dict  # noqa: E402
 
 EXPECTATIONS = ROOT / "conformance" / "expectations"
-# Engines that pick what they print by the template's text (a built-in format by substrings, a record by hash).
+# Engines that pick what they print by the template's text (a built-in format by substrings, a record by hash);
+# Ollama does for the templates it gives a Go template of its own (text_keyed).
 TEXT_KEYED = {"llamacpp-builtin", "paperkiln"}
 TEMPLATES = ROOT / "templates"
 
@@ -73,10 +74,22 @@ def _names_of_template(template_id: str) -> set:
     return _SOURCES[template_id]
 
 
+def text_keyed(runner_name: str, cause: dict) -> bool:
+    """Whether the engine picks what it prints for this reproducer by the template's text: a built-in format or
+    a record by hash, or Ollama's own Go template chosen by the text's distance to its index."""
+    if runner_name in TEXT_KEYED:
+        return True
+    if runner_name == "ollama":
+        from runners.ollama import selection
+
+        return selection.choose(cause["repro"]["template"]).route == selection.ROUTE_GO
+    return False
+
+
 def cells_without_mechanism(cause: dict, cells: list, runner_name: str = "") -> list:
     """The cells under a cause whose template lacks what the cause is keyed by (none for an engine keyed by the
     template's text: its causes are keyed by the format or record the text picks, not by constructs)."""
-    keyed = set() if runner_name in TEXT_KEYED else keyed_names(cause)
+    keyed = set() if text_keyed(runner_name, cause) else keyed_names(cause)
     if not keyed:
         return []
     out = []
@@ -126,7 +139,7 @@ def audit(sample: list, reference) -> list:
                         # an engine that picks its output by the template's text gets data steps only (as
                         # tests/test_one_minimal.py holds it): any smaller template is another input to it
                         verdict = is_one_minimal(repro, engine, reference,
-                                                 template=False if runner_name in TEXT_KEYED else None)
+                                                 template=False if text_keyed(runner_name, cause) else None)
                         row["minimal"] = bool(verdict)
                         row["why"] = "" if verdict else (
                             f"{verdict.kept[0][0]} keeps it: {verdict.kept[0][1][:90]!r}" if verdict.kept

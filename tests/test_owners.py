@@ -10,7 +10,7 @@ from conformance.explain.reduce import Found
 from runners.base import Conversation, RenderRequest
 from tests.planted_support import differing
 
-PLANTED = ("developer-as-system", "continue-rebuilt", "tojson-sorts-keys")
+PLANTED = ("developer-as-system", "continue-rebuilt", "tojson-sorts-keys", "null-keys-kept")
 
 
 def _request(template: str, messages: list, **flags) -> RenderRequest:
@@ -69,3 +69,14 @@ def test_an_owned_difference_is_keyed_and_titled_by_its_data():
     assert [v["messages"][0]["role"] for v in cluster.stand_ins(case, "role=developer")] == \
         ["system", "user", "assistant"]
     assert cluster.stand_ins(case, "messages.*=null")[0]["messages"][0]["content"] == ""
+
+
+def test_a_null_the_template_tests_is_owned_when_the_reference_answers_the_same_without_it(planted):
+    """The reference drops a null key itself (R4): taking it out changes only the engine's input, so a template
+    testing it (`is none`) still shows the engine's handling of nulls, not a construct's bug."""
+    owners = _owners(planted, {
+        "tests-null": _request("{% if not (messages[0]['content'] is none) %}t{% endif %}",
+                               [{"role": "user", "content": None}]),
+        "prints-null": _request("{{ messages[0]['content'] }}", [{"role": "user", "content": None}]),
+    })
+    assert owners == {"tests-null": ("messages.*=null",), "prints-null": ("messages.*=null",)}

@@ -42,6 +42,7 @@ from conformance.explain.reduce import (
     Found,
     NotReproduced,
     Reduction,
+    _answer,
     conversation_dict,
 )
 from conformance.explain.signature import Symptom, compare, outcome_record, symptom_for
@@ -638,10 +639,11 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
     (cluster.ablate), both sides, in one batch; the triggers whose removal leaves no difference at all own it
     (Found.owner), and it is keyed by them (cluster.cause_key). A 1-minimal reproducer needs its trigger to show
     its own difference, but another difference may show without it: then the trigger does not own it.
-    Taking out data the template itself looks at (a role it compares, a null it tests) also takes away what the
-    template does with it, so such a trigger is taken out only of a reproducer with no construct of its own (one
-    that only prints data); for any reproducer it is also replaced by what a request layer may make of it
-    (cluster.stand_ins: a role as a usual one, a null as ""), the reference alone rendering: the reference
+    Taking out data the template itself looks at (a role it compares, a null it tests) may also take away what
+    the template does with it, so that counts only for a reproducer with no construct of its own (one that only
+    prints data) or one whose reference answer stays the same without it (the reference drops a null key
+    itself: only the engine's input changed); the trigger is also replaced by what a request layer may make of
+    it (cluster.stand_ins: a role as a usual one, a null as ""), the reference alone rendering: the reference
     printing exactly what the engine printed owns the difference too. A refusal is the engine's own, never its
     request layer's."""
     batch, owners, stand_in, stand_in_owners = [], [], [], []
@@ -651,16 +653,15 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
         case = repro.request.conversation.to_dict()
         bare = not cluster.culprits(cluster.constructs_of(repro.request.template))
         for trigger in cluster.ownable(case):
-            if bare or trigger in cluster.UNSEEN_BY_TEMPLATES:
-                batch.append(_with_case(repro.request, cluster.ablate(case, trigger)))
-                owners.append((key, trigger))
+            batch.append(_with_case(repro.request, cluster.ablate(case, trigger)))
+            owners.append((key, trigger, bare or trigger in cluster.UNSEEN_BY_TEMPLATES))
             if isinstance(repro.engine, Rendered):
                 for variant in cluster.stand_ins(case, trigger):
                     stand_in.append(_with_case(repro.request, variant))
                     stand_in_owners.append((key, trigger))
     owned: dict = {}
-    for (key, trigger), pair in zip(owners, render_pairs(reference, engine, batch, stats)):
-        if _answered(pair) and not _differs(pair):
+    for (key, trigger, sound), pair in zip(owners, render_pairs(reference, engine, batch, stats)):
+        if _answered(pair) and not _differs(pair) and (sound or _answer(pair[0]) == _answer(found[key].reference)):
             owned.setdefault(key, set()).add(trigger)
     if stand_in:
         for (key, trigger), outcome in zip(stand_in_owners, reference.render_many(stand_in)):
