@@ -201,3 +201,70 @@ def test_a_role_name_between_two_markers_is_one_turn_header(tmp_path, capsys):
                     "<|im_end|>\n{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
                     "{% endif %}")
     assert _classes(path, capsys)[("marker-balance", "unclosed-turn")] == "violation"
+
+
+def test_a_role_opener_printed_after_every_user_turn_is_two_turns_not_one_header(tmp_path, capsys):
+    """`<|assistant|>` printed after every user turn, whatever add_generation_prompt says (Phi-3-medium's shape):
+    two user messages leave it open before the next `<|user|>`. The probes never print the pair as one header, so
+    it is a turn left open, not a header of two markers."""
+    path = tmp_path / "assistant_after_user.jinja"
+    path.write_text("{% for m in messages %}{% if m.role == 'user' %}<|user|>\n" + TEXT + "<|end|>\n<|assistant|>\n"
+                    "{% elif m.role == 'assistant' %}" + TEXT + "<|end|>\n{% endif %}{% endfor %}")
+    assert _classes(path, capsys)[("marker-balance", "unclosed-turn")] == "violation"
+
+
+def test_a_default_system_prompt_in_place_of_parts_is_no_part_kept(tmp_path, capsys):
+    """A text-only template that puts its default system prompt in place of a system message given as parts: a
+    part equal to that default seems kept, but the template's own text proves nothing (an input it does not take);
+    a template that takes parts and keeps only the first is still a defect."""
+    head = ("{% if messages[0].role == 'system' and messages[0].content is string %}{% set sys = messages[0].content %}"
+            "{% else %}{% set sys = 'You are a helpful assistant.' %}{% endif %}<|im_start|>system\n{{ sys }}<|im_end|>\n"
+            "{% for m in messages %}{% if m.role != 'system' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+            "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    path = tmp_path / "default_system.jinja"
+    path.write_text(head)
+    assert _classes(path, capsys)[("faithfulness", "drops-content:system")] == "capability"
+    path.write_text(head.replace("{% set sys = 'You are a helpful assistant.' %}",
+                                 "{% set sys = messages[0].content[0].text if messages[0].role == 'system' else '' %}"))
+    assert _classes(path, capsys)[("faithfulness", "drops-content:system")] == "violation"
+
+
+def test_reasoning_dropped_only_with_a_generation_prompt_is_design(tmp_path, capsys):
+    """Past assistants' reasoning dropped only when a generation prompt is asked for (`if add_generation_prompt ...
+    split('</think>')`): the format does not replay reasoning at inference. Dropping anything else with the
+    generation prompt stays a violation."""
+    loop = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.role == 'assistant' and add_generation_prompt "
+            "and '</think>' in m.content %}{{ m.content.split('</think>')[-1].lstrip('\\n') }}{% else %}" + TEXT +
+            "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    path = tmp_path / "reasoning_for_prompt.jinja"
+    path.write_text(loop)
+    assert _classes(path, capsys)[("generation-prompt", "not-an-append")] == "design"
+    path.write_text(loop.replace("m.role == 'assistant' and add_generation_prompt and '</think>' in m.content",
+                                 "m.role == 'system' and add_generation_prompt").replace(
+                                     "m.content.split('</think>')[-1].lstrip('\\n')", "''"))
+    assert _classes(path, capsys)[("generation-prompt", "not-an-append")] == "violation"
+
+
+def test_a_closer_in_the_templates_own_prose_is_text(tmp_path, capsys):
+    """The template's own instruction spells the pair out after a word (`format: <tool_call>{...}</tool_call>`):
+    the closer ends that text, it closes no turn."""
+    path = tmp_path / "prose_pair.jinja"
+    path.write_text("{% if tools %}<|im_start|>system\n{{ tools | tojson }}\nCall format: <tool_call>{\"name\": "
+                    "tool name, \"arguments\": its arguments}</tool_call><|im_end|>\n{% endif %}"
+                    "{% for m in messages %}<|im_start|>{{ m.role }}\n" + TEXT + "{% for c in m.tool_calls or [] %}"
+                    "<tool_call>{{ c.function | tojson }}</tool_call>{% endfor %}<|im_end|>\n{% endfor %}"
+                    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    assert _classes(path, capsys)[("marker-balance", "stray-closer")] == "design"
+
+
+def test_an_instruction_moving_with_the_last_user_message_is_design(tmp_path, capsys):
+    """The template's own instruction printed before the last user message moves as the conversation grows:
+    design. Template text that the later prompt no longer shows at all stays a rewritten history."""
+    loop = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{% if loop.last and m.role == 'user' %}Think step by "
+            "step, then give your answer.\n{% endif %}" + TEXT + "<|im_end|>\n{% endfor %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    path = tmp_path / "moving_instruction.jinja"
+    path.write_text(loop)
+    assert _classes(path, capsys)[("prefix-stability", "history-rewritten")] == "design"
+    path.write_text(loop.replace("loop.last and m.role == 'user'", "loop.last and m.role == 'user' and loop.index < 3"))
+    assert _classes(path, capsys)[("prefix-stability", "history-rewritten")] == "violation"

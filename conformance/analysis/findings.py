@@ -7,8 +7,9 @@ break the model, so each violation is put in one class, decided by rendering, ne
     capability  the template does not take an input: the finding comes only from cases that give it; shown
                 with those inputs, it does not fail lint. Content parts (a message `content` that is a list of
                 `{type, text}` parts, which a text-only template prints as a Python repr or drops; servers such
-                as vLLM join text parts into a string first), and a system or developer message after the
-                first message (a template that takes one, at the start).
+                as vLLM join text parts into a string first; parts kept only in part are a defect, but a part
+                that is the template's own text, a default system prompt, shows nothing kept), and a system or
+                developer message after the first message (a template that takes one, at the start).
     design      the format's own choice, learnt from the template's own renders and markers:
                 - tool turns: an unclosed turn, stray closer or varying generation prompt found only in cases
                   with tool turns, when the probe `[user, tool call, tool result]` shows the assistant's
@@ -16,11 +17,17 @@ break the model, so each violation is put in one class, decided by rendering, ne
                   turn is kept open across tool calls: Gemma 4), or every conversation ending with a tool
                   result gets an empty generation prompt (the model's turn goes on: DeepSeek);
                 - an unclosed turn whose next opener follows with only whitespace, or a role's name and a short
-                  header text on its line, between (one header of two markers: `<|begin|>ROLE<|content|>`), or whose role's probe shows no closer of its own (Falcon 3's turns end where the
-                  next begins);
+                  header text on its line, between, a pair the probes print as one header (one header of two
+                  markers: `<|begin|>ROLE<|content|>`), or whose role's probe shows no closer of its own (Falcon
+                  3's turns end where the next begins);
+                - a stray closer that ends the template's own prose spelling out its marker pair
+                  (`format: <tool_call>{...}</tool_call>`);
+                - a generation prompt that changes the render only by dropping past assistants' reasoning (the
+                  format does not replay reasoning at inference);
                 - a rewritten history whose earlier bytes from the break are markers only and the generation
-                  prompt's (or an empty reasoning block), or begin with the system message the later prompt
-                  still shows further on (Mistral puts the system prompt in the last user message).
+                  prompt's (or an empty reasoning block), or begin with the system message, or with the
+                  template's own instruction, that the later prompt still shows further on (Mistral puts the
+                  system prompt in the last user message; a thinking instruction moves the same way).
 
 The split re-derives the property on case subsets from the same renders (no new render), so it costs nothing
 over `lint` itself. The stored property records are unchanged. Measured against hand labels in labels.py.
@@ -115,13 +122,13 @@ _OPENED = re.compile(r"opened by '(.+?)' at byte (\d+) is not closed .*? before 
 _HEADER_TEXT = re.compile(r"[^\S\n]*([A-Za-z_]+)\b[^\n<>]{0,20}")
 
 
-def _compound_header(finding: dict, out: dict, case=None) -> bool:
+def _compound_header(finding: dict, out: dict, probes: dict, case=None) -> bool:
     """An unclosed turn whose opener is one marker of a turn header made of two: the next opener follows it
     with nothing but whitespace, or a role's name and a short header text on one line, between
     (`<|START_OF_TURN_TOKEN|><|SYSTEM_TOKEN|>`, `<|begin|>ROLE<|content|>`), or it is itself the second marker
     after one such (`<|im_start|>system name=<|plugin|>`): one header, not two turns. With text between, the two
     markers must differ and the text stays on their line. A message's own text between them is no header: a role
-    name inside a message's text does not count."""
+    name inside a message's text does not count. The template's own probes must print the pair as a header."""
     match = _OPENED.search(finding["explanation"][1])
     text = P._text(out.get(("base", finding["case"])))
     if not match or text is None:
@@ -130,7 +137,7 @@ def _compound_header(finding: dict, out: dict, case=None) -> bool:
     if text[start:start + len(tag)] != tag:
         return False
     if not text[start + len(tag):end].strip():
-        return True
+        return _probes_print_pair(probes, tag, match.group(3))
     if case is None:
         return False
     roles = set(P._ROLES) | {r for r in P._roles(case.conversation) if isinstance(r, str)}
@@ -146,10 +153,21 @@ def _compound_header(finding: dict, out: dict, case=None) -> bool:
     # the two markers of a header differ: one opener, a role's name and the same opener again is a turn
     # left empty and open (`<|im_start|>assistant<|im_start|>user`), not a header
     following = P._TAG.match(text, end)
-    if following and following.group() != tag and header(start + len(tag), end):
+    if following and following.group() != tag and header(start + len(tag), end) \
+            and _probes_print_pair(probes, tag, following.group()):
         return True
     before = list(P._TAG.finditer(text[:start]))
-    return bool(before and before[-1].group() != tag and before[-1].end() < start and header(before[-1].end(), start))
+    return bool(before and before[-1].group() != tag and before[-1].end() < start and header(before[-1].end(), start)
+                and _probes_print_pair(probes, before[-1].group(), tag))
+
+
+def _probes_print_pair(probes: dict, first: str, second: str) -> bool:
+    """Whether the template's own probe renders print `first` and then `second` as one header: with nothing but
+    whitespace, or a role's name and a short header text on their line, between. Two role openers that only a
+    case's render puts side by side (Phi-3's `<|assistant|>` printed after every user turn, then the next
+    `<|user|>`) are two turns, the first left open."""
+    shape = re.compile(re.escape(first) + r"(?:\s*|[^\S\n]*[A-Za-z_]+\b[^\n<>]{0,20})" + re.escape(second))
+    return any(shape.search(text) for text in map(P._text, probes.values()) if text)
 
 
 def _no_closer_of_its_own(finding: dict, probes: dict) -> Optional[str]:
@@ -254,29 +272,55 @@ def _not_a_marker(finding: dict, probes: dict, out: dict) -> Optional[str]:
     return " ".join(closers)
 
 
-def _parts_partly_kept(finding: dict, cases: list, out: dict) -> bool:
+def _closer_in_prose(finding: dict, template: str, out: dict) -> Optional[str]:
+    """A stray closer that is the end of the template's own prose spelling out a marker pair: on one line of the
+    template's text, an opener of the finding's group right after a word (`format: <tool_call>`, text by the
+    prose rule) and later the closer (`...}</tool_call>`), and the render prints that stretch of text whole,
+    ending at the stray closer. The prose rule pairs a closer with its opener only right after it."""
+    stray = re.search(r"'(.+?)' at byte (\d+)", finding["explanation"][1])
+    openers = set((finding.get("evidence") or {}).get("openers") or ())
+    text = P._text(out.get(("base", finding["case"])))
+    if not stray or text is None:
+        return None
+    closer, end = stray.group(1), int(stray.group(2)) + len(stray.group(1))
+    for line in P.template_literals(template).split("\n"):
+        for tag in P._TAG.finditer(line):
+            if tag.group() not in openers or not P._WORD_BEFORE.search(line[:tag.start()]):
+                continue
+            stop = line.find(closer, tag.end())
+            stretch = line[tag.start():stop + len(closer)] if stop >= 0 else ""
+            if stretch and text[max(0, end - len(stretch)):end] == stretch:
+                return P._WORD_BEFORE.search(line[:tag.start()]).group().lstrip() + stretch
+    return None
+
+
+def _parts_partly_kept(finding: dict, cases: list, out: dict, template: str) -> bool:
     """Whether a message's content parts reach the prompt only in part: the template takes parts (another text
-    part of the same message is there) and loses one, a defect rather than an input it does not take."""
+    part of the same message is there) and loses one, a defect rather than an input it does not take. A part
+    that is also the template's own text (a default system prompt put in place of content it does not take)
+    proves nothing: finding it is no sign that the part reached the prompt."""
     evidence = finding.get("evidence") or {}
     case = next((c for c in cases if c.id == finding["case"]), None)
     text = P._text(out.get(("base", finding["case"])))
     missing = evidence.get("missing")
     if case is None or text is None or not isinstance(missing, str):
         return False
+    own = P.template_literals(template)
     for message in case.conversation.messages:
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):
             texts = P._part_texts(content)
-            if any(t[:200] == missing for t in texts) and any(P.present(t, text) for t in texts if t[:200] != missing):
+            kept = [t for t in texts if t[:200] != missing and P.present(t, text)]
+            if any(t[:200] == missing for t in texts) and any(not P.present(t, own) for t in kept):
                 return True
     return False
 
 
-def _rewrite_design(finding: dict, cases: list, out: dict) -> Optional[str]:
+def _rewrite_design(finding: dict, cases: list, out: dict, template: str) -> Optional[str]:
     """Why a history rewrite is the format's design, from the renders: the earlier prompt's bytes from the
     break on are markers only (its generation prompt's prefill, not replayed), or they begin with the
     conversation's system message, which the later prompt still shows further on (the format puts the system
-    message with the last user message)."""
+    message with the last user message), or with the template's own instruction, moved the same way."""
     evidence = finding.get("evidence") or {}
     earlier = next((c for c in cases if c.id == evidence.get("earlier")), None)
     later = next((c for c in cases if c.id == finding["case"]), None)
@@ -299,7 +343,40 @@ def _rewrite_design(finding: dict, cases: list, out: dict) -> Optional[str]:
         if isinstance(content, str) and content.strip() and tail.lstrip().startswith(content.strip()[:40]) \
                 and b.find(content.strip(), at + 1) > at:
             return "the format puts the system message with the last user message, so it moves as the conversation grows"
+    instruction = _moving_instruction(template, earlier, a, b, at)
+    if instruction:
+        return (f"the format puts its own instruction ({instruction[:60]!r}) with the last user message, so it "
+                f"moves as the conversation grows")
     return None
+
+
+def _moving_instruction(template: str, earlier, a: str, b: str, at: int) -> Optional[str]:
+    """The template's own text that a history rewrite moves on: the earlier prompt's bytes from the break begin
+    with template text, not input (words, not only markers), up to the next input text; the later prompt goes
+    on at the break with that input text and shows the template text again further on (an instruction the
+    format prints before the last user message: a thinking instruction)."""
+    spans = [span for span in P.input_spans(a, P.input_strings(earlier.conversation)) if span[1] > at]
+    if not spans or spans[0][0] <= at:
+        return None
+    own, follows = a[at:spans[0][0]], a[spans[0][0]:spans[0][1]]
+    if len(P._TAG.sub("", own).strip()) < 20 or not P.present(own, P.template_literals(template)):
+        return None
+    if b[at:].lstrip().startswith(follows.strip()[:40]) and b.find(own.strip(), at + 1) > at:
+        return own.strip()
+    return None
+
+
+def drops_reasoning_for_prompt(case, out: dict) -> bool:
+    """Whether the generation prompt changes the render only by dropping past assistants' reasoning: the render
+    without it shows reasoning the render with it no longer shows, and nothing else of the input differs (the
+    format replays reasoning for training, not at inference: `if add_generation_prompt ... split('</think>')`)."""
+    if not P.flippable(case):
+        return False
+    base, flip = P._text(out.get(("base", case.id))), P._text(out.get(("flip", case.id)))
+    if base is None or flip is None:
+        return False
+    on, off = (base, flip) if case.conversation.add_generation_prompt else (flip, base)
+    return not on.startswith(off) and P._reasoning_dropped(off, on, case.conversation)
 
 
 def _kinds(prop_record: dict) -> dict:
@@ -337,6 +414,7 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
     by_id = {c.id: c for c in cases}
     first_system = [c for c in plain if not later_system(c)]
     quiet = [c for c in cases if not has_tool_turns(c)]
+    replayed = [c for c in cases if not drops_reasoning_for_prompt(c, out)]
     probes = _probes(out)
     usual = record["generation_prompts"].get("{}")
     derived: dict = {}
@@ -345,7 +423,7 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
     def again(name: str, subset: str) -> dict:
         """The property re-derived on a subset of the cases, from the same renders."""
         if (name, subset) not in derived:
-            chosen = {"plain": plain, "first-system": first_system, "quiet": quiet}[subset]
+            chosen = {"plain": plain, "first-system": first_system, "quiet": quiet, "replayed": replayed}[subset]
             if name == "no-repr-leak":
                 derived[name, subset] = P.no_repr_leak(template, chosen, out).record()
             elif name == "faithfulness":
@@ -377,7 +455,7 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
             if name in ("no-repr-leak", "faithfulness") and len(plain) < len(cases):
                 remaining = again(name, "plain").get(kind)
                 # a template that takes parts and keeps only some of them: a defect, whatever else it takes
-                partly = name == "faithfulness" and _parts_partly_kept(finding, cases, out)
+                partly = name == "faithfulness" and _parts_partly_kept(finding, cases, out, template)
                 if remaining is None and not partly:
                     cls, inputs = "capability", PARTS_INPUTS
                 elif remaining is not None:
@@ -398,11 +476,23 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
                     cls, inputs = "design", why
                 elif remaining is not None:
                     shown = remaining
+            if name == "generation-prompt" and kind == "not-an-append" and len(replayed) < len(cases):
+                remaining = again(name, "replayed").get(kind)
+                if remaining is None:
+                    cls, inputs = "design", ("past assistants' reasoning: the template drops it only when a "
+                                             "generation prompt is asked for (replayed for training, not at "
+                                             "inference); nothing else the generation prompt changes")
+                else:
+                    shown = remaining
             if cls == "violation" and name == "marker-balance" and shown["kind"] in ("unclosed-turn", "stray-closer"):
                 opener = _closer_opens_next(shown, probes)
                 text = _not_a_marker(shown, probes, out)
                 separator = _shared_turn(shown, probes, out) if shown["kind"] == "stray-closer" else None
-                if text:
+                prose = _closer_in_prose(shown, template, out) if shown["kind"] == "stray-closer" else None
+                if prose:
+                    cls, inputs = "design", (f"the template's own text spells the marker pair out ({prose[:80]!r}): "
+                                             f"text, not a turn")
+                elif text:
                     cls, inputs = "design", (f"not a turn marker: {text} is glued to a word wherever the template "
                                              f"prints it (text such as a type `List[str]`)")
                 elif opener:
@@ -413,7 +503,7 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
                                              f"between them (learnt from its [system, user] probe)")
             if cls == "violation" and name == "marker-balance" and shown["kind"] == "unclosed-turn":
                 role = _no_closer_of_its_own(shown, probes)
-                if _compound_header(shown, out, by_id.get(shown["case"])):
+                if _compound_header(shown, out, probes, by_id.get(shown["case"])):
                     cls, inputs = "design", ("the template's turn header is two markers, with at most the role's "
                                              "name and a short header text between them: one turn")
                 elif role:
@@ -421,7 +511,7 @@ def classify(template: str, cases: list, out: dict, record: dict) -> list:
                                              f"(no closer of their own, learnt from its {role} probe)")
             if cls == "violation" and name == "prefix-stability":
                 extras = _prompt_extras(shown, cases, out)
-                why = _rewrite_design(shown, cases, out) or (extras and (
+                why = _rewrite_design(shown, cases, out, template) or (extras and (
                     f"the generation prompt's extras ({extras[:60]!r}) are not replayed with the answer"))
                 if why:
                     cls, inputs = "design", why
