@@ -19,7 +19,7 @@ def test_the_labels_cover_at_least_30_templates():
     labels = load_labels()
     assert sum(len(labels[p]) for p in PARTS) >= 30
     assert len(labels["held_out_2"]) >= 12 and len(labels["held_out_3"]) + len(labels["held_out_4"]) >= 12
-    assert len(labels["held_out_5"]) >= 15 and len(labels["held_out_6"]) >= 15
+    assert len(labels["held_out_5"]) >= 15 and len(labels["held_out_6"]) >= 15 and len(labels["held_out_7"]) >= 15
     named = [t for p in PARTS for t in labels[p]]
     assert len(named) == len(set(named))  # no template in two parts
     assert all(isinstance(m["defect"], bool) and m["why"] for p in PARTS for ms in labels[p].values() for m in ms)
@@ -29,8 +29,16 @@ def test_every_finding_is_labelled_and_every_label_is_found(measured):
     assert measured["unlabelled"] == [] and measured["unseen"] == []
 
 
-# Where lint's class and the hand label still disagree, each with why (none may appear or vanish unseen): none
-# today. Right since a rule made general (each a shape of template behaviour, never a template):
+# Where lint's class and the hand label still disagree, each with why (none may appear or vanish unseen), both
+# from held_out_7, scored after its labels were committed and left as they are (no rule changed after seeing them):
+# - Ghost 8B takes tool turns only under roles of its own (`tools`, `execute`, `response`): a standard `tool`
+#   message falls through every role branch and prints with no header, so its `<|cos|>` closes nothing. An input
+#   it does not take, but no rule knows a role the template has no branch for; the tool-turn design rules (a
+#   turn kept open, a turn that goes on after a result) do not fit (a false violation);
+# - VAETKI's generation prompt closes an empty reasoning block when tools are given (a branch on `tools`) and
+#   opens one otherwise: the format's choice, but the suffix rules know only tool turns, not the tools input
+#   (a false violation).
+# Right since a rule made general after held_out_6 (each a shape of template behaviour, never a template):
 # - a pair of markers is one turn header only where the template's own probes print it so: Phi-3-medium's
 #   `<|assistant|>` printed after every user turn, then the next `<|user|>`, is a turn left open (was design);
 # - a content part that is the template's own text (a default system prompt put in place of parts) shows no
@@ -44,7 +52,8 @@ def test_every_finding_is_labelled_and_every_label_is_found(measured):
 # Right since the compound-header rule takes a role's name between two different markers on one line for one
 # header: InternLM's `<|im_start|>system name=<|plugin|>` and Solar Open's `<|begin|>ROLE<|content|>` (both were
 # false violations).
-KNOWN_MISSES: list = []
+KNOWN_MISSES = ["held_out_7: ghost-x-ghost-8b-beta-1608: marker-balance/stray-closer",
+                "held_out_7: nc-ai-consortium-vaetki-20b-a2b: generation-prompt/suffix-varies"]
 
 
 def test_every_label_is_lints_class_but_the_known_misses(measured):
@@ -52,11 +61,14 @@ def test_every_label_is_lints_class_but_the_known_misses(measured):
 
 
 def test_held_out_figures(measured):
-    # held_out_6 was labelled blind after the last rule change (the compound-header rule): its figures are the
-    # held-out ones (docs/properties.md): 9 of 12 violations real, 9 of 9 defects found
-    # (9 of 12 violations real when scored, 9 of 9 defects found; its three misses since fixed by general rules)
+    # held_out_7 was labelled blind after the last rule change (five rules made general on held_out_4's and
+    # held_out_6's misses): its figures are the held-out ones (docs/properties.md): 4 of 6 violations real, 4 of
+    # 4 defects found
+    assert {k: measured["held_out_7"][k] for k in ("tp", "fp", "fn", "tn")} == {"tp": 4, "fp": 2, "fn": 0, "tn": 10}
+    # held_out_6 was the held-out part before that change (9 of 12 violations real when scored, 9 of 9 defects
+    # found); its three misses were fixed by general rules
     assert {k: measured["held_out_6"][k] for k in ("tp", "fp", "fn", "tn")} == {"tp": 9, "fp": 0, "fn": 0, "tn": 24}
-    # held_out_3..5 were labelled blind before that change (14 of 17 violations real then): for reference
+    # held_out_3..5 were labelled blind before the compound-header change (14 of 17 violations real then): for reference
     held = {k: sum(measured[p][k] for p in ("held_out_3", "held_out_4", "held_out_5")) for k in ("tp", "fp", "fn")}
     assert held == {"tp": 15, "fp": 0, "fn": 0}
     assert {k: measured["held_out_5"][k] for k in ("tp", "fp", "fn", "tn")} == {"tp": 6, "fp": 0, "fn": 0, "tn": 11}
