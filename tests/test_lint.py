@@ -218,7 +218,8 @@ def test_a_default_system_prompt_in_place_of_parts_is_no_part_kept(tmp_path, cap
     part equal to that default seems kept, but the template's own text proves nothing (an input it does not take);
     a template that takes parts and keeps only the first is still a defect."""
     head = ("{% if messages[0].role == 'system' and messages[0].content is string %}{% set sys = messages[0].content %}"
-            "{% else %}{% set sys = 'You are a helpful assistant.' %}{% endif %}<|im_start|>system\n{{ sys }}<|im_end|>\n"
+            "{% else %}{% set sys = 'You are a helpful assistant.' %}{% endif %}"
+            "<|im_start|>system\n{{ sys }}<|im_end|>\n"
             "{% for m in messages %}{% if m.role != 'system' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
             "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
     path = tmp_path / "default_system.jinja"
