@@ -10,7 +10,7 @@ from conformance.explain.reduce import Found
 from runners.base import Conversation, RenderRequest
 from tests.planted_support import differing
 
-PLANTED = ("developer-as-system", "continue-rebuilt", "tojson-sorts-keys", "null-keys-kept")
+PLANTED = ("developer-as-system", "continue-rebuilt", "tojson-sorts-keys", "null-keys-kept", "tool-arguments-parsed")
 
 
 def _request(template: str, messages: list, **flags) -> RenderRequest:
@@ -38,6 +38,11 @@ def test_request_layer_bugs_are_owned_by_their_data_and_template_bugs_are_not(pl
                               "{% if add_generation_prompt %}bot:{% endif %}",
                               [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure"}],
                               continue_final_message=True),
+        # string arguments parsed by the engine, through a test the template makes of them
+        "arguments": _request("{% set a = messages[0].tool_calls[0].function.arguments %}"
+                              "{% if a is mapping %}{{ a.city }}{% else %}{{ a }}{% endif %}",
+                              [{"role": "assistant", "content": "", "tool_calls": [
+                                  {"type": "function", "function": {"name": "f", "arguments": '{"city": "Paris"}'}}]}]),
         # a tojson bug the template reaches only for a tool message: the template's, not the data's
         "tojson-in-branch": _request("{% if messages[0].role == 'tool' %}{{ {'b': 1, 'a': 2} | tojson }}"
                                      "{% endif %}", [{"role": "tool", "content": "r"}]),
@@ -45,6 +50,7 @@ def test_request_layer_bugs_are_owned_by_their_data_and_template_bugs_are_not(pl
     assert owners["prints-role"] == ("role=developer",)
     assert owners["tests-role"] == ("role=developer",)
     assert owners["continued"] == ("continue_final_message",)
+    assert owners["arguments"] == ("tool_calls.arguments=json",)
     assert owners["tojson-in-branch"] == ()
 
 

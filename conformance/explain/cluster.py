@@ -271,10 +271,18 @@ def read_paths(template: str, case: Optional[dict] = None, maybe_data: bool = Fa
                                             for o in out))
 
 
-def culprits(constructs: Iterable[str]) -> list:
-    """The constructs a cause is keyed and titled by: those that do more than carry data."""
+# Carriers that an engine may fail to parse at all: named when the engine refuses (`{% set a, b = ... %}` is
+# refused by MiniJinja before 2.10), carriers otherwise.
+PARSED_CARRIERS = frozenset({"stmt:set-multiple"})
+_REFUSALS = (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY)
+
+
+def culprits(constructs: Iterable[str], refused: bool = False) -> list:
+    """The constructs a cause is keyed and titled by: those that do more than carry data (and, for an engine's
+    refusal, a carrier it may not parse)."""
     return sorted(n for n in set(constructs)
-                  if n in OWN_OPS or (n not in CARRIERS and not n.startswith(CARRIER_FAMILIES)))
+                  if n in OWN_OPS or (refused and n in PARSED_CARRIERS)
+                  or (n not in CARRIERS and not n.startswith(CARRIER_FAMILIES)))
 
 
 def _ws(text: str) -> bool:
@@ -402,16 +410,41 @@ def triggers(case: Optional[dict]) -> list:
 UNSEEN_BY_TEMPLATES = frozenset({"continue_final_message"})
 
 
+# Tool-call arguments given as a JSON string (as OpenAI's API sends them), which a request layer may parse.
+JSON_ARGUMENTS = "tool_calls.arguments=json"
+
+
+def _parsed_arguments(case: dict) -> Optional[dict]:
+    """The case with every tool call's JSON-string `arguments` parsed into its value; None when it has none."""
+    out = json.loads(json.dumps(case))
+    changed = False
+    for message in out.get("messages") or []:
+        for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
+            function = call.get("function") if isinstance(call, dict) else None
+            if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                try:
+                    value = json.loads(function["arguments"])
+                except ValueError:
+                    continue
+                if isinstance(value, (dict, list)):
+                    function["arguments"] = value
+                    changed = True
+    return out if changed else None
+
+
 def ownable(case: Optional[dict]) -> list:
     """The triggers of a reproducer's data (triggers) that can be taken out of it to see whether they own its
-    difference: a flag set, an uncommon role, a null. A boolean is a value the template reads, not data an
-    engine's request layer handles on its own."""
-    return [t for t in triggers(case) if not t.endswith(("=true", "=false"))]
+    difference: a flag set, an uncommon role, a null, tool-call arguments as a JSON string. A boolean is a value
+    the template reads, not data an engine's request layer handles on its own."""
+    found = [t for t in triggers(case) if not t.endswith(("=true", "=false"))]
+    return found + ([JSON_ARGUMENTS] if case and _parsed_arguments(case) is not None else [])
 
 
 def ablate(case: dict, trigger: str) -> dict:
     """The case without one trigger: a flag unset, an uncommon role made `user`, every null under the named
-    top-level field removed (a null key dropped, a null item left out)."""
+    top-level field removed (a null key dropped, a null item left out), JSON-string tool arguments parsed."""
+    if trigger == JSON_ARGUMENTS:
+        return _parsed_arguments(case) or case
     out = json.loads(json.dumps(case))
     if trigger in ("add_generation_prompt", "continue_final_message"):
         out[trigger] = False
@@ -437,8 +470,10 @@ def ablate(case: dict, trigger: str) -> dict:
 
 def stand_ins(case: dict, trigger: str) -> list:
     """The case with a trigger the template can see replaced by what an engine's request layer may make of it:
-    an uncommon role as each usual one, a null as an empty string. The reference given one of them printing
+    an uncommon role as each usual one, a null as an empty string, JSON-string tool arguments parsed. The reference given one of them printing
     exactly what the engine printed shows the engine turned the trigger into it, whatever the template does."""
+    if trigger == JSON_ARGUMENTS:
+        return [_parsed_arguments(case) or case]
     if trigger.startswith("role="):
         role = trigger[len("role="):]
         out = []
@@ -472,6 +507,8 @@ def owner_subject(owner: Iterable[str]) -> str:
     for trigger in owner:
         if trigger in ("add_generation_prompt", "continue_final_message"):
             said.append(f"`{trigger}`")
+        elif trigger == JSON_ARGUMENTS:
+            said.append("tool-call `arguments` given as a JSON string")
         elif trigger.startswith("role="):
             said.append(f"a `{trigger[len('role='):]}` message")
         else:
@@ -494,7 +531,7 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
             return f"owned:{'+'.join(owner)}#refuses|{_QUOTED.sub(chr(39) + '…' + chr(39), symptom.refusal)}"
         return f"owned:{'+'.join(owner)}#output"
-    found = culprits(constructs)
+    found = culprits(constructs, symptom.status in _REFUSALS)
     unbound = unbound_globals(symptom, reference, engine, paths, case, ignores_template)
     if unbound:
         # keyed by the names the engine binds, with the constructs that do more than ask for them
@@ -611,7 +648,7 @@ def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engin
     reads: reads_key; or the data that owns the difference: owner_subject), and how the engine differs on it."""
     if owner and not ignores_template:
         return _how(owner_subject(owner), True, symptom, reference, engine, False)
-    names = [] if ignores_template else culprits(constructs)
+    names = [] if ignores_template else culprits(constructs, symptom.status in _REFUSALS)
     reads = reads_key(symptom, constructs, reference, engine, paths, ignores_template)
     who = "the engine ignores the template" if ignores_template else subject(names)
     if reads:
