@@ -1,0 +1,291 @@
+"""Which construct of a reproducer is its culprit, when a 1-minimal reproducer keeps several: checked by
+rendering the construct alone on the values the reference shows reaching it.
+
+A reducer keeps every construct the difference needs, and a construct that only carries a value to the one
+that misbehaves is needed too: `{% set t = m(message.content) %}{{ {'': t}|tojson }}` keeps the macro because
+nothing else puts the content in front of `tojson`. Keyed by all its culprits, one bug reached through a macro,
+`.get()`, `caller()` or a `{% set %}` block is as many causes as there are routes to it.
+
+For each site of a culprit that takes values (a filter, a test, a method; `.items()` too, a carrier that
+reorders), the reference renders the reproducer once more with one output added just before the site's tag,
+in its scope, printing what reaches the site as JSON: the value it is applied to and its arguments that are
+not literals. Each value seen (at most MAX_VALUES) is then given to the site alone, `{{ x[0]|f(x[1]) }}`, on
+both sides. The construct is a culprit when, alone, it shows the reproducer's kind of difference: the same
+refusal, or different output of the same difference class (cluster.difference_class); a test is a culprit when,
+alone, it answers differently (what a test's answer makes the template print is the template's). The values go
+in one list (kwargs `x`), so an engine that drops null keys cannot change them.
+
+When some site shows it, the reproducer is keyed and titled by those constructs only (narrowed); the others
+carried the value. When none does, every culprit stays: isolation never merges what rendering did not show.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Iterable, Optional
+
+from jinja2 import nodes
+
+from conformance.explain import cluster
+from conformance.explain.driver import render_pairs
+from conformance.explain.signature import compare
+from conformance.explain.template import (
+    PRINTER,
+    Block,
+    _env,
+    _parse_expr,
+    _split_for_condition,
+    _tag_expression,
+    build_tree,
+)
+from conformance.judge.status import Status
+from runners.base import Conversation, RenderRequest
+
+OPEN, SEP, CLOSE = "\ue004", "\ue005", "\ue006"
+_CAPTURED = re.compile(OPEN + r"(\d+)" + SEP + "(.*?)" + CLOSE, re.S)
+MAX_SITES = 8     # sites captured per reproducer (one reference render each)
+MAX_VALUES = 3    # distinct values tried per site (one render per side each)
+# Carriers that compute a value of their own (an order): isolated like a culprit, keyed like the carrier.
+VALUE_CARRIERS = frozenset({"method:items", "filter:items"})
+
+
+@dataclass(frozen=True)
+class Site:
+    """One filter, test or method call of a tag's expression: its inventory name, the expression capturing what
+    reaches it (a JSON list: the value, then each argument that is not a literal), and the site alone with those
+    read from `x`."""
+
+    name: str
+    capture: str      # a jinja2 expression
+    alone: str        # a template reading x[0], x[1], ...
+    test: bool
+
+
+def _name(node) -> Optional[str]:
+    if isinstance(node, nodes.Filter):
+        return f"filter:{node.name}"
+    if isinstance(node, nodes.Test):
+        return f"test:{node.name}"
+    if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Getattr):
+        return f"method:{node.node.attr}"
+    return None
+
+
+def _site(node, name: str) -> Optional[Site]:
+    """The capture and the alone template of one node; None when it cannot be isolated (`*args`, a filter
+    block, a value that is a literal: then it carries nothing from elsewhere)."""
+    if node.dyn_args is not None or node.dyn_kwargs is not None:
+        return None
+    subject = node.node.node if isinstance(node, nodes.Call) else node.node
+    if subject is None:
+        return None
+    captured = [subject]
+    counter = [1]
+
+    def slot(value):
+        if isinstance(value, nodes.Const):
+            return value
+        captured.append(value)
+        counter[0] += 1
+        return nodes.Getitem(nodes.Name("x", "load"), nodes.Const(counter[0] - 1), "load")
+
+    x0 = nodes.Getitem(nodes.Name("x", "load"), nodes.Const(0), "load")
+    args = [slot(a) for a in node.args]
+    kwargs = [nodes.Keyword(k.key, slot(k.value)) for k in node.kwargs]
+    if isinstance(node, nodes.Call):
+        alone = nodes.Call(nodes.Getattr(x0, node.node.attr, "load"), args, kwargs, None, None)
+    else:
+        alone = type(node)(x0, node.name, args, kwargs, None, None)
+    try:
+        capture = PRINTER.expr(nodes.List(captured))
+        text = PRINTER.expr(alone)
+    except Exception:  # a node the printer does not take: not isolated
+        return None
+    if isinstance(node, nodes.Test):
+        return Site(name, capture, "{% if " + text + " %}1{% else %}0{% endif %}", True)
+    if name in VALUE_CARRIERS:
+        # an order: the keys as they come (how a pair prints is not what `.items()` computes)
+        return Site(name, capture, "{% for k, v in " + text + " %}{{ k }},{% endfor %}", False)
+    return Site(name, capture, "{{ " + text + " }}", False)
+
+
+def sites(template: str, names: Iterable[str]) -> list:
+    """[(Site, template with its capture)]: every site of `names` in a tag with one expression (an output, `set`,
+    `if`, `for`), the capture printed just before the tag (before the block of an `if` or a `for`), at most
+    MAX_SITES."""
+    wanted = set(names)
+    try:
+        tree = build_tree(template)
+    except Exception:
+        return []
+    found: list = []
+
+    def walk(items: tuple) -> None:
+        for node in items:
+            if len(found) >= MAX_SITES:
+                return
+            if isinstance(node, Block):
+                tag = node.arms[0].tag
+                leaves = [(tag, node)]
+                for arm in node.arms:
+                    walk(arm.body)
+            else:
+                leaves = [(node, node)]
+            for leaf, anchor in leaves:
+                parts = _tag_expression(leaf)
+                if parts is None or leaf.keyword == "elif":
+                    continue
+                text = parts[2]
+                if leaf.keyword == "for":   # `for x in xs if c`: the iterable only (c reads the loop's names)
+                    text = (_split_for_condition(text) or (text,))[0]
+                expr = _parse_expr(text)
+                if expr is None:
+                    continue
+                for sub in [expr] + list(expr.find_all(nodes.Expr)):
+                    name = _name(sub)
+                    if name in wanted and len(found) < MAX_SITES:
+                        site = _site(sub, name)
+                        if site is not None:
+                            found.append((site, anchor))
+
+    walk(tree)
+    out = []
+    for number, (site, anchor) in enumerate(found):
+        probe = "{{ '" + OPEN + str(number) + SEP + "' ~ (" + site.capture + "|tojson) ~ '" + CLOSE + "' }}"
+        source = _with_before(tree, anchor, probe)
+        if source is not None:
+            out.append((number, site, source))
+    return out
+
+
+def _with_before(tree: tuple, anchor, text: str) -> Optional[str]:
+    """The tree's source with `text` inserted just before `anchor` (a leaf or a block), in its scope."""
+    done = [False]
+
+    def source(items: tuple) -> str:
+        out = []
+        for node in items:
+            if node is anchor and not done[0]:
+                done[0] = True
+                out.append(text)
+            if isinstance(node, Block):
+                out.append("".join(arm.tag.text + source(arm.body) for arm in node.arms) + node.end.text)
+            else:
+                out.append(node.text)
+        return "".join(out)
+
+    result = source(tree)
+    if not done[0]:
+        return None
+    try:
+        _env().parse(result)
+    except Exception:
+        return None
+    return result
+
+
+def _same_kind(found_symptom, found_reference, found_engine, pair, test: bool) -> bool:
+    """Whether the site alone (`pair`) shows the reproducer's kind of difference (see the module docstring)."""
+    reference, engine = pair
+    symptom = compare(reference, engine)
+    if symptom is None or not symptom.differs:
+        return False
+    if test:
+        return reference.kind == engine.kind == "rendered"
+    if symptom.status != found_symptom.status:
+        return False
+    if symptom.status == Status.DIVERGED:
+        return cluster.difference_class(reference.text, engine.text) == \
+            cluster.difference_class(found_reference.text, found_engine.text)
+    return cluster._QUOTED.sub("'…'", symptom.refusal) == cluster._QUOTED.sub("'…'", found_symptom.refusal)
+
+
+@dataclass
+class Job:
+    """One reproducer to isolate: its request and outcomes, the candidate constructs, and what was found."""
+
+    request: RenderRequest
+    symptom: object
+    reference: object
+    engine: object
+    names: list
+    shown: Optional[set] = None     # the constructs shown alone (None: isolation did not apply)
+
+
+def candidates(constructs: list, ignores_template: bool = False) -> list:
+    """The constructs worth isolating: the culprits that take values, and the carriers that compute one, when
+    the reproducer has more than one culprit (one culprit is already what the key names)."""
+    culprits = cluster.culprits(constructs)
+    if ignores_template or len(culprits) < 2:
+        return []
+    return sorted(n for n in set(constructs) if n in VALUE_CARRIERS or
+                  (n in culprits and n.split(":", 1)[0] in ("filter", "test", "method")))
+
+
+def isolate(jobs: list, reference, engine, stats=None) -> None:
+    """Fill each job's `shown`: the constructs that alone show its kind of difference (see the module
+    docstring). Two batches: the captures on the reference, then every site alone on both sides."""
+    probes, owners = [], []
+    for index, job in enumerate(jobs):
+        for number, site, source in sites(job.request.template, job.names):
+            probes.append(RenderRequest(source, job.request.conversation, job.request.bos_token,
+                                        job.request.eos_token, job.request.template_id, job.request.case_id))
+            owners.append((index, number, site))
+    if not probes:
+        return
+    try:
+        captured = list(reference.render_many(probes))
+    except Exception:  # a runner failure isolates nothing: every culprit stays
+        return
+    alone, alone_owners = [], []
+    for (index, number, site), outcome in zip(owners, captured):
+        if outcome.kind != "rendered":
+            continue
+        values, seen = [], set()
+        for match in _CAPTURED.finditer(outcome.text):
+            if int(match.group(1)) != number or match.group(2) in seen:
+                continue
+            seen.add(match.group(2))
+            try:
+                values.append(json.loads(match.group(2)))
+            except ValueError:
+                continue
+            if len(values) >= MAX_VALUES:
+                break
+        job = jobs[index]
+        conversation = job.request.conversation
+        for value in values:
+            alone.append(RenderRequest(site.alone, Conversation(
+                messages=[{"role": "user", "content": "H"}], add_generation_prompt=conversation.add_generation_prompt,
+                continue_final_message=conversation.continue_final_message, kwargs={"x": value},
+                now=conversation.now), job.request.bos_token, job.request.eos_token, job.request.template_id,
+                job.request.case_id))
+            alone_owners.append((index, site))
+    for (index, site), pair in zip(alone_owners, render_pairs(reference, engine, alone, stats)):
+        job = jobs[index]
+        if job.shown is None:
+            job.shown = set()
+        if _same_kind(job.symptom, job.reference, job.engine, pair, site.test):
+            job.shown.add(site.name)
+
+
+def narrowed(constructs: list, shown: Optional[set]) -> list:
+    """The reproducer's constructs as its key and title see them: when some construct alone showed its
+    difference, the other culprits are left out (they carried the value); else all of them."""
+    if not shown:
+        return list(constructs)
+    culprits = set(cluster.culprits(constructs))
+    return [n for n in constructs if n not in culprits or n in shown]
+
+
+def isolated_constructs(request: RenderRequest, symptom, reference_outcome, engine_outcome, reference, engine,
+                        ignores_template: bool = False, stats=None) -> list:
+    """One reproducer's constructs, narrowed to its culprit when rendering shows which (isolate)."""
+    constructs = cluster.constructs_of(request.template)
+    names = candidates(constructs, ignores_template)
+    if not names:
+        return constructs
+    job = Job(request, symptom, reference_outcome, engine_outcome, names)
+    isolate([job], reference, engine, stats)
+    return narrowed(constructs, job.shown)
