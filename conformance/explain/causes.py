@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from conformance.explain import cluster, formats
+from conformance.explain import cluster, formats, isolate
 from conformance.explain.cache import ExplainCache, code_identity, runner_identity
 from conformance.explain.driver import DriverStats, drive, render_pairs
 from conformance.explain.reduce import (
@@ -294,10 +294,11 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     reducer = _reduction_runner(engine, log)
     reduced = reduce_groups(plan, known, reference, reducer, stats, cache, families or {}, parallel, progress)
     own_differences(reduced.found, reference, reducer, stats)
-    causes = cluster_causes(plan, reduced.found, set(known.found))
+    constructs = isolate_culprits(reduced.found, reference, reducer, stats)
+    causes = cluster_causes(plan, reduced.found, set(known.found), constructs)
     causes = _merge_by_mechanism(causes, reduced.found, reference, reducer, stats)
     confirm_started = time.perf_counter()
-    causes, dropped = confirm_causes(causes, plan, reduced.found, reference, engine, stats)
+    causes, dropped = confirm_causes(causes, plan, reduced.found, reference, engine, stats, constructs)
     unexplained = plan.unexplained + reduced.unexplained + [_unexplained(r, why) for r, why in dropped]
     rank_causes(causes, results.figure())
     unexplained.sort(key=lambda u: (u["template"], u["case"]))
@@ -676,12 +677,33 @@ def _with_case(request: RenderRequest, case: dict) -> RenderRequest:
                          request.template_id, request.case_id)
 
 
-def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
-    """Stage cluster: the reproducers grouped by cause key (cluster.py) into Causes, each reported with its
-    smallest reproducer and holding every cell of its groups."""
-    by_key: dict = {}
+def isolate_culprits(found: dict, reference, engine, stats=None) -> dict:
+    """Stage cluster, first part: each reproducer's constructs as its key sees them, narrowed to the culprit a
+    reproducer with several shows alone when rendered (isolate.py: the macro, `.get()` or `caller()` that only
+    carried the value to a misbehaving `tojson` is no part of the cause). group key -> constructs."""
+    out, jobs = {}, {}
     for group_key, repro in found.items():
         constructs = cluster.constructs_of(repro.template)
+        out[group_key] = constructs
+        # a difference the request's data owns (own_differences) is keyed by that data, not by constructs
+        names = [] if repro.owner else isolate.candidates(constructs, repro.ignores_template)
+        if names:
+            jobs[group_key] = isolate.Job(repro.request, repro.symptom, repro.reference, repro.engine, names)
+    if jobs:
+        isolate.isolate(list(jobs.values()), reference, engine, stats)
+        for group_key, job in jobs.items():
+            out[group_key] = isolate.narrowed(out[group_key], job.shown)
+    return out
+
+
+def cluster_causes(plan: Plan, found: dict, cached_groups: set, constructs_of: Optional[dict] = None) -> list:
+    """Stage cluster: the reproducers grouped by cause key (cluster.py) into Causes, each reported with its
+    smallest reproducer and holding every cell of its groups. `constructs_of`: group key -> the constructs its
+    key sees (isolate_culprits; default: all of the reproducer's)."""
+    constructs_of = constructs_of or {}
+    by_key: dict = {}
+    for group_key, repro in found.items():
+        constructs = constructs_of.get(group_key) or cluster.constructs_of(repro.template)
         key = cluster.cause_key(repro.symptom, constructs, repro.reference, repro.engine, repro.ignores_template,
                                 _paths(repro.request), repro.request.conversation.to_dict(), repro.owner)
         entry = by_key.setdefault(key, {"groups": [], "constructs": constructs})
@@ -690,12 +712,13 @@ def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
     for key, entry in by_key.items():
         candidates = sorted(entry["groups"], key=lambda g: (_size(found[g]), g))
         best = found[candidates[0]]
-        constructs = cluster.constructs_of(best.template)
+        constructs = constructs_of.get(candidates[0]) or cluster.constructs_of(best.template)
         cause = Cause(id=cluster.cause_id(key), key=key,
                       title=cluster.title(best.symptom, constructs, best.reference, best.engine,
                                           best.ignores_template, _paths(best.request),
                                           best.request.conversation.to_dict(), best.owner),
-                      constructs=[] if best.owner else cluster.culprits(constructs), all_constructs=constructs,
+                      constructs=[] if best.owner else cluster.culprits(constructs),
+                      all_constructs=cluster.constructs_of(best.template),
                       symptom=best.symptom,
                       found=best, cached=all(g in cached_groups for g in entry["groups"]), candidates=candidates)
         for group_key in entry["groups"]:
@@ -706,15 +729,18 @@ def cluster_causes(plan: Plan, found: dict, cached_groups: set) -> list:
     return causes
 
 
-def confirm_causes(causes: list, plan: Plan, found: dict, reference, engine, stats) -> tuple:
+def confirm_causes(causes: list, plan: Plan, found: dict, reference, engine, stats,
+                   constructs_of: Optional[dict] = None) -> tuple:
     """Stage confirm: render every cause's reproducer again on both sides; keep the causes whose reproducer
     still differs as it did (trying a cause's next smallest reproducer when one does not). Returns (the causes
-    kept, [(result, why it is unexplained)] for the cells of the others)."""
+    kept, [(result, why it is unexplained)] for the cells of the others). `constructs_of`: as cluster_causes."""
     with _scratch_artefacts(engine):
-        return _confirm(causes, plan, found, reference, engine, stats)
+        return _confirm(causes, plan, found, reference, engine, stats, constructs_of or {})
 
 
-def _confirm(causes: list, plan: Plan, found: dict, reference, engine, stats) -> tuple:
+def _confirm(causes: list, plan: Plan, found: dict, reference, engine, stats,
+             constructs_of: Optional[dict] = None) -> tuple:
+    constructs_of = constructs_of or {}
     pending = {cause.id: 0 for cause in causes}
     by_id = {cause.id: cause for cause in causes}
     confirmed: set = set()
@@ -729,12 +755,13 @@ def _confirm(causes: list, plan: Plan, found: dict, reference, engine, stats) ->
         still: dict = {}
         for (cause_id, repro), (ref, eng) in zip(owners, pairs):
             cause = by_id[cause_id]
+            group_key = cause.candidates[pending[cause_id]]
             symptom = compare(ref, eng)
             if symptom is not None and symptom.keeps(repro.symptom):
                 cause.found = Found(repro.request, ref, eng, symptom, repro.renders, repro.complete,
                                     ignores_template=repro.ignores_template, owner=repro.owner)
                 cause.confirmed = True
-                constructs = cluster.constructs_of(repro.request.template)
+                constructs = constructs_of.get(group_key) or cluster.constructs_of(repro.request.template)
                 cause.title = cluster.title(symptom, constructs, ref, eng, repro.ignores_template,
                                             _paths(repro.request), repro.request.conversation.to_dict(),
                                             repro.owner)

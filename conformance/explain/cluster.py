@@ -41,7 +41,8 @@ CARRIERS = frozenset({"stmt:for", "stmt:if", "stmt:elif", "stmt:else", "stmt:set
                       "stmt:set-multiple",
                       "stmt:with", "global:namespace", "global:range", "method:items", "filter:items",
                       "op:subscript", "op:attr", "op:slice", "syntax:comment", "call:other"})
-CARRIER_FAMILIES = ("var:", "literal:", "ws:", "expr:", "op:")
+# `shown:NAME` marks a construct rendering showed misbehaving alone (isolate.py): no construct of the template.
+CARRIER_FAMILIES = ("var:", "literal:", "ws:", "expr:", "op:", "shown:")
 EDIT_LIMIT = 40   # characters of each side of an edit kept in a key
 
 
@@ -152,6 +153,8 @@ def read_paths(template: str, case: Optional[dict] = None, maybe_data: bool = Fa
     maybe: set = set()   # names only some branches of an `if` bind
     found: set = set()
     given = REQUEST_NAMES | set((case or {}).get("kwargs") or {})
+    macros: dict = {}       # name -> its definition, to read through at a call
+    expanding: set = set()  # the macros read through at the moment (a recursive macro is read once)
 
     def bind(target, path) -> None:
         if isinstance(target, nodes.Name):
@@ -219,6 +222,7 @@ def read_paths(template: str, case: Optional[dict] = None, maybe_data: bool = Fa
             # a macro's name and arguments are the template's own names, not data it reads
             if isinstance(node, nodes.Macro):
                 scope[node.name] = None
+                macros[node.name] = node
             for child in node.defaults + ([node.call] if isinstance(node, nodes.CallBlock) else []):
                 visit(child)
             saved = dict(scope)
@@ -232,10 +236,31 @@ def read_paths(template: str, case: Optional[dict] = None, maybe_data: bool = Fa
             # a function (`namespace()`, `raise_exception()`, a macro): only its arguments can read data, and a
             # bare name nothing binds passed to it is undefined on both sides, unless it is a name the request
             # gives (`render_tools(tools)`)
+            passed = []
             for child in list(node.args) + [kw.value for kw in node.kwargs] + \
                     [arg for arg in (node.dyn_args, node.dyn_kwargs) if arg is not None]:
                 if not (isinstance(child, nodes.Name) and child.name not in scope and child.name not in given):
                     visit(child)
+                    passed.append(child)
+            macro = macros.get(node.node.name)
+            if macro is not None and macro.name not in expanding:
+                # what a macro reads of the data passed to it is read through the call: `m(tools[0])` with
+                # `{{ v.function }}` in m reads tools[].function, as `{% set v = tools[0] %}` would
+                bound = {argument.name: _path(value, scope) for argument, value in zip(macro.args, node.args)
+                         if any(value is p for p in passed)}
+                bound.update({kw.key: _path(kw.value, scope) for kw in node.kwargs
+                              if any(kw.value is p for p in passed)})
+                bound = {name: path for name, path in bound.items() if path is not None}
+                if bound:
+                    saved = dict(scope)
+                    for argument in macro.args:
+                        bind(argument, None)
+                    scope.update(bound)
+                    expanding.add(macro.name)
+                    visit_scoped(macro.body)
+                    expanding.discard(macro.name)
+                    scope.clear()
+                    scope.update(saved)
             return
         if isinstance(node, nodes.Compare) and len(node.ops) == 1 and node.ops[0].op in ("in", "notin") \
                 and isinstance(node.expr, nodes.Const) and isinstance(node.expr.value, str):
@@ -348,8 +373,12 @@ def tested_reads(symptom: Symptom, constructs: Iterable[str], paths: Optional[li
                  ignores_template: bool = False) -> list:
     """The data paths a reproducer whose culprit is a test (`is defined`, `is none`, `is string`) reads, when it
     differs in output: what is tested is the bug (`tools is defined` printing nothing when tools is null is not
-    `enable_thinking is defined` printing extra text because the engine always binds it). [] otherwise."""
-    if ignores_template or not paths or symptom.status != Status.DIVERGED:
+    `enable_thinking is defined` printing extra text because the engine always binds it). [] otherwise, and []
+    when the test alone answered differently on the value the reference gives it (isolate.py: `shown:test:...`):
+    then the test is the bug, whatever it tests."""
+    constructs = list(constructs)
+    if ignores_template or not paths or symptom.status != Status.DIVERGED or \
+            any(name.startswith("shown:test:") for name in constructs):
         return []
     return list(paths) if any(name.startswith("test:") for name in culprits(constructs)) else []
 

@@ -5,7 +5,9 @@ the reducer's own registry (minimal.SHRINKS) keeps its difference. Each such rep
 at a time, always the smallest candidate that keeps the difference (the check minimal.is_one_minimal makes,
 both sides rendered every time), until no step keeps it. Every cause is then keyed by mechanism from its
 finished reproducer (cluster.cause_key): causes whose reproducers turn out to be one mechanism become one
-cause, holding all their cells and every hand-written reason; titles come from the construct kept last. Only
+cause, holding all their cells and every hand-written reason; titles come from the construct kept last. A
+reproducer that keeps several culprits is keyed by the one that shows its difference alone (isolate.py), so one
+bug reached through a macro, `.get()` or `caller()` is one cause with the bug reached directly. Only
 causes with one key merge here: explain's merge by rendering (one cause's template given another's data) says
 that the other's data sets this mechanism off too, not that the other's cells have no mechanism of their own.
 """
@@ -18,6 +20,7 @@ from conformance.explain import cluster
 from conformance.explain.baseline_merge import _one_cause
 from conformance.explain.causes import find_owners
 from conformance.explain.driver import render_pairs
+from conformance.explain.isolate import isolated_constructs
 from conformance.explain.minimal import _full, is_one_minimal
 from conformance.explain.reduce import PROBE_TEMPLATE, Found, _answer
 from conformance.explain.signature import compare, outcome_record
@@ -72,7 +75,9 @@ def finish_one(cause: KnownCause, engine, reference, template: bool = True, conf
     ignores = _answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref)
     found = Found(requests[0], ref, eng, symptom, 0, True, ignores_template=ignores)
     find_owners({cause.id: found}, reference, confirm or engine)
-    constructs = cluster.constructs_of(repro["template"])
+    # keyed by the culprit a reproducer with several shows alone (isolate.py), rendered on the engine itself
+    constructs = cluster.constructs_of(repro["template"]) if found.owner else \
+        isolated_constructs(requests[0], symptom, ref, eng, reference, confirm or engine, ignores)
     data = requests[0].conversation.to_dict()
     paths = cluster.read_paths(repro["template"], data)
     key = cluster.cause_key(symptom, constructs, ref, eng, ignores, paths, data, found.owner)

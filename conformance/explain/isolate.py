@@ -215,12 +215,17 @@ class Job:
 
 def candidates(constructs: list, ignores_template: bool = False) -> list:
     """The constructs worth isolating: the culprits that take values, and the carriers that compute one, when
-    the reproducer has more than one culprit (one culprit is already what the key names)."""
+    the reproducer has a culprit that may only carry a value to another construct (a reproducer with one
+    culprit and nothing else that computes a value is already keyed by what misbehaves), or a test (keyed by
+    what it tests unless the test alone is shown to answer differently)."""
     culprits = cluster.culprits(constructs)
-    if ignores_template or len(culprits) < 2:
+    names = sorted(n for n in set(constructs) if n in VALUE_CARRIERS or
+                   (n in culprits and n.split(":", 1)[0] in ("filter", "test", "method")))
+    if ignores_template or not culprits:
         return []
-    return sorted(n for n in set(constructs) if n in VALUE_CARRIERS or
-                  (n in culprits and n.split(":", 1)[0] in ("filter", "test", "method")))
+    if len(set(culprits) | set(names)) < 2 and not any(n.startswith("test:") for n in names):
+        return []
+    return names
 
 
 def isolate(jobs: list, reference, engine, stats=None) -> None:
@@ -272,11 +277,12 @@ def isolate(jobs: list, reference, engine, stats=None) -> None:
 
 def narrowed(constructs: list, shown: Optional[set]) -> list:
     """The reproducer's constructs as its key and title see them: when some construct alone showed its
-    difference, the other culprits are left out (they carried the value); else all of them."""
+    difference, the other culprits are left out (they carried the value), and each shown one is marked
+    `shown:NAME` (a test shown alone is keyed without what it tests: cluster.tested_reads); else all of them."""
     if not shown:
         return list(constructs)
     culprits = set(cluster.culprits(constructs))
-    return [n for n in constructs if n not in culprits or n in shown]
+    return [n for n in constructs if n not in culprits or n in shown] + ["shown:" + n for n in sorted(shown)]
 
 
 def isolated_constructs(request: RenderRequest, symptom, reference_outcome, engine_outcome, reference, engine,

@@ -55,6 +55,9 @@ BUGS = {
     "empty-tools-as-none": "an empty tools list reaches the template as none",
     "continue-rebuilt": "a continued final message is not rendered by the template: the messages before it are, "
                         "with the generation prompt, and its text is appended",
+    "join-ignores-separator": "|join(d) joins with nothing between the items",
+    "lower-ascii-only": "|lower leaves letters outside ASCII as they were",
+    "length-counts-bytes": "|length of a string counts its UTF-8 bytes, not its characters",
 }
 
 
@@ -104,6 +107,17 @@ def _plant(bugs: frozenset) -> None:
         env.filters["replace"] = (lambda eval_ctx, s, old, new, count=None:
                                   do_replace(eval_ctx, s, old, new, 1 if count is None else count))
         env.filters["replace"].jinja_pass_arg = jinja2.utils._PassArg.eval_context
+    if "join-ignores-separator" in bugs:
+        original_join = env.filters["join"]
+        env.filters["join"] = (lambda eval_ctx, value, d="", attribute=None:
+                               original_join(eval_ctx, value, "", attribute))
+        env.filters["join"].jinja_pass_arg = jinja2.utils._PassArg.eval_context
+    if "lower-ascii-only" in bugs:
+        env.filters["lower"] = lambda s: "".join(c.lower() if c.isascii() else c for c in str(s))
+    if "length-counts-bytes" in bugs:
+        counted = env.filters["length"]
+        env.filters["length"] = env.filters["count"] = (
+            lambda value: len(str(value).encode("utf-8")) if isinstance(value, str) else counted(value))
     if "capitalize-keeps-rest" in bugs:
         env.filters["capitalize"] = lambda s: str(s)[:1].upper() + str(s)[1:]
     if "booleans-lowercase" in bugs:
