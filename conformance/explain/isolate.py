@@ -45,7 +45,10 @@ from runners.base import Conversation, RenderRequest
 OPEN, SEP, CLOSE = "\ue004", "\ue005", "\ue006"
 _CAPTURED = re.compile(OPEN + r"(\d+)" + SEP + "(.*?)" + CLOSE, re.S)
 MAX_SITES = 8     # sites captured per reproducer (one reference render each)
-MAX_VALUES = 3    # distinct values tried per site (one render per side each)
+MAX_VALUES = 3    # distinct values tried per site (two renders per side each: the site alone, the control)
+# Prints a dot per item of `x`: an engine that does not bind kwargs as the reference does fails it, and its
+# site alone is then no evidence (a test on an unbound `x` answers otherwise for that reason alone).
+CONTROL = "{% for i in x %}.{% endfor %}"
 # Carriers that compute a value of their own (an order): isolated like a culprit, keyed like the carrier.
 VALUE_CARRIERS = frozenset({"method:items", "filter:items"})
 
@@ -243,7 +246,7 @@ def isolate(jobs: list, reference, engine, stats=None) -> None:
         captured = list(reference.render_many(probes))
     except Exception:  # a runner failure isolates nothing: every culprit stays
         return
-    alone, alone_owners = [], []
+    alone, alone_owners = [], []   # each value's site alone, then its control
     for (index, number, site), outcome in zip(owners, captured):
         if outcome.kind != "rendered":
             continue
@@ -261,16 +264,23 @@ def isolate(jobs: list, reference, engine, stats=None) -> None:
         job = jobs[index]
         conversation = job.request.conversation
         for value in values:
-            alone.append(RenderRequest(site.alone, Conversation(
-                messages=[{"role": "user", "content": "H"}], add_generation_prompt=conversation.add_generation_prompt,
-                continue_final_message=conversation.continue_final_message, kwargs={"x": value},
-                now=conversation.now), job.request.bos_token, job.request.eos_token, job.request.template_id,
-                job.request.case_id))
-            alone_owners.append((index, site))
-    for (index, site), pair in zip(alone_owners, render_pairs(reference, engine, alone, stats)):
+            given = Conversation(messages=[{"role": "user", "content": "H"}],
+                                 add_generation_prompt=conversation.add_generation_prompt,
+                                 continue_final_message=conversation.continue_final_message,
+                                 kwargs={"x": value}, now=conversation.now)
+            for template in (site.alone, CONTROL):
+                alone.append(RenderRequest(template, given, job.request.bos_token, job.request.eos_token,
+                                           job.request.template_id, job.request.case_id))
+            alone_owners.append((index, site, "." * len(value)))
+    pairs = render_pairs(reference, engine, alone, stats)
+    for number, (index, site, dots) in enumerate(alone_owners):
         job = jobs[index]
         if job.shown is None:
             job.shown = set()
+        pair, control = pairs[2 * number], pairs[2 * number + 1]
+        # the control: the engine was given `x` as the reference was (every item), else the site alone says nothing
+        if not all(outcome.kind == "rendered" and outcome.text == dots for outcome in control):
+            continue
         if _same_kind(job.symptom, job.reference, job.engine, pair, site.test):
             job.shown.add(site.name)
 
