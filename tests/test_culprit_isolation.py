@@ -2,7 +2,7 @@
 reference and the HF-faithful jinja2 harness with filter, test and method bugs planted
 (tests/harnesses/buggy_jinja2.py).
 
-Each bug is reached directly and through a macro, `.get()`, `caller()` and a `{% set %}` block. Every route's
+Each bug (six filters, a test, two loop attributes, `.items()`) is reached directly and through a macro, `.get()`, `caller()` and a `{% set %}` block. Every route's
 reproducer is 1-minimal (no single reducer step keeps its difference: the macro or the `.get()` carries the value
 the bug needs), so a key of all its culprits made one cause per route, as MiniJinja's HTML-escaping `tojson` was
 four causes (plain, a macro, `.get()`, `caller()`). Rendering the construct alone on the value the reference
@@ -26,7 +26,7 @@ from runners.base import Conversation, RenderRequest
 
 PLANTED = ("trim-keeps-newlines", "tojson-escapes-html", "join-ignores-separator", "lower-ascii-only",
            "length-counts-bytes", "replace-first-only", "iterable-false-on-strings", "items-sorted",
-           "get-default-ignored")
+           "get-default-ignored", "loop-last-early", "loop-index-from-zero")
 
 CONTENT = "messages[0].content"
 REQUIRED = "tools[0].function.parameters.required"
@@ -43,6 +43,9 @@ BUGS = {
     "length-counts-bytes": ("{{ V|length }}", CONTENT, "é", ["filter:length"]),
     "replace-first-only": ("{{ V|replace('-', '+') }}", CONTENT, "--", ["filter:replace"]),
     "iterable-false-on-strings": ("{% if V is iterable %}Y{% endif %}", CONTENT, "", ["test:iterable"]),
+    "loop-last-early": ("{% for i in V %}{% if loop.last %}L{% endif %}{% endfor %}", REQUIRED, ["", ""],
+                        ["loop:last"]),
+    "loop-index-from-zero": ("{% for i in V %}{{ loop.index }}{% endfor %}", REQUIRED, [""], ["loop:index"]),
     # a carrier that computes an order: keyed as a reproducer with no construct of its own is (by what it reads)
     "items-sorted": ("{% for k, x in V.items() %}{{ k }}{% endfor %}", PROPERTIES, {"b": {}, "a": {}}, []),
 }

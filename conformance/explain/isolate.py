@@ -6,13 +6,13 @@ that misbehaves is needed too: `{% set t = m(message.content) %}{{ {'': t}|tojso
 nothing else puts the content in front of `tojson`. Keyed by all its culprits, one bug reached through a macro,
 `.get()`, `caller()` or a `{% set %}` block is as many causes as there are routes to it.
 
-For each site of a culprit that takes values (a filter, a test, a method; `.items()` too, a carrier that
-reorders), the reference renders the reproducer once more with one output added just before the site's tag,
+For each site of a culprit that takes values (a filter, a test, a method, `loop.*` over what its loop
+iterates; `.items()` too, a carrier that reorders), the reference renders the reproducer once more with one output added just before the site's tag,
 in its scope, printing what reaches the site as JSON: the value it is applied to and its arguments that are
 not literals. Each value seen (at most MAX_VALUES) is then given to the site alone, `{{ x[0]|f(x[1]) }}`, on
 both sides. The construct is a culprit when, alone, it shows the reproducer's kind of difference: the same
-refusal, or different output of the same difference class (cluster.difference_class); a test is a culprit when,
-alone, it answers differently (what a test's answer makes the template print is the template's). The values go
+refusal, or different output of the same difference class (cluster.difference_class); a test or a loop
+attribute is a culprit when, alone, it answers differently (what a test's answer makes the template print is the template's). The values go
 in one list (kwargs `x`), so an engine that drops null keys cannot change them.
 
 When some site shows it, the reproducer is keyed and titled by those constructs only (narrowed); the others
@@ -113,6 +113,40 @@ def _site(node, name: str) -> Optional[Site]:
     return Site(name, capture, "{{ " + text + " }}", False)
 
 
+# Loop attributes isolated: the booleans through `if` (how an engine prints a boolean is not the attribute),
+# the numbers printed.
+LOOP_BOOLEANS = frozenset({"first", "last"})
+LOOP_NUMBERS = frozenset({"index", "index0", "revindex", "revindex0", "length"})
+
+
+def _loop_attribute(node) -> Optional[str]:
+    if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop" and \
+            node.attr in LOOP_BOOLEANS | LOOP_NUMBERS:
+        return node.attr
+    return None
+
+
+def _loop_of(block: Block):
+    """(the `for` block, its iterable's node), or None for a loop whose `loop.*` the iterable alone does not
+    give (a filter condition, `recursive`)."""
+    parts = _tag_expression(block.arms[0].tag)
+    if parts is None or parts[3].strip() or _split_for_condition(parts[2]) is not None:
+        return None
+    expr = _parse_expr(parts[2])
+    return None if expr is None else (block, expr)
+
+
+def _loop_site(attribute: str, iterable) -> Optional[Site]:
+    """`loop.<attribute>` alone over what the loop iterates: a flip (any other answer) is the attribute's."""
+    try:
+        capture = PRINTER.expr(nodes.List([iterable]))
+    except Exception:
+        return None
+    body = ("{% if loop." + attribute + " %}1{% else %}0{% endif %}" if attribute in LOOP_BOOLEANS
+            else "{{ loop." + attribute + " }},")
+    return Site(f"loop:{attribute}", capture, "{% for i in x[0] %}" + body + "{% endfor %}", True)
+
+
 def sites(template: str, names: Iterable[str]) -> list:
     """[(Site, template with its capture)]: every site of `names` in a tag with one expression (an output, `set`,
     `if`, `for`), the capture printed just before the tag (before the block of an `if` or a `for`), at most
@@ -124,15 +158,21 @@ def sites(template: str, names: Iterable[str]) -> list:
         return []
     found: list = []
 
-    def walk(items: tuple) -> None:
+    def walk(items: tuple, loop) -> None:
+        """`loop`: (the innermost `for` block, its iterable's node) whose `loop.*` the body reads, or None."""
         for node in items:
             if len(found) >= MAX_SITES:
                 return
             if isinstance(node, Block):
                 tag = node.arms[0].tag
                 leaves = [(tag, node)]
-                for arm in node.arms:
-                    walk(arm.body)
+                inner = loop
+                if node.keyword == "for":
+                    inner = _loop_of(node)
+                elif node.keyword in ("macro", "call"):
+                    inner = None   # a macro's body runs in the loop of its call, not of its definition
+                for number, arm in enumerate(node.arms):
+                    walk(arm.body, inner if number == 0 else loop)
             else:
                 leaves = [(node, node)]
             for leaf, anchor in leaves:
@@ -151,8 +191,14 @@ def sites(template: str, names: Iterable[str]) -> list:
                         site = _site(sub, name)
                         if site is not None:
                             found.append((site, anchor))
+                    attribute = _loop_attribute(sub)
+                    if loop is not None and attribute and f"loop:{attribute}" in wanted and \
+                            len(found) < MAX_SITES:
+                        site = _loop_site(attribute, loop[1])
+                        if site is not None and (site, loop[0]) not in found:
+                            found.append((site, loop[0]))
 
-    walk(tree)
+    walk(tree, None)
     out = []
     for number, (site, anchor) in enumerate(found):
         probe = "{{ '" + OPEN + str(number) + SEP + "' ~ (" + site.capture + "|tojson) ~ '" + CLOSE + "' }}"
@@ -223,7 +269,7 @@ def candidates(constructs: list, ignores_template: bool = False) -> list:
     what it tests unless the test alone is shown to answer differently)."""
     culprits = cluster.culprits(constructs)
     names = sorted(n for n in set(constructs) if n in VALUE_CARRIERS or
-                   (n in culprits and n.split(":", 1)[0] in ("filter", "test", "method")))
+                   (n in culprits and n.split(":", 1)[0] in ("filter", "test", "method", "loop")))
     if ignores_template or not culprits:
         return []
     if len(set(culprits) | set(names)) < 2 and not any(n.startswith("test:") for n in names):
