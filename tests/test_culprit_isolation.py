@@ -2,12 +2,13 @@
 reference and the HF-faithful jinja2 harness with filter, test and method bugs planted
 (tests/harnesses/buggy_jinja2.py).
 
-Each bug (six filters, a test, two loop attributes, `.items()`) is reached directly and through a macro, `.get()`, `caller()` and a `{% set %}` block. Every route's
-reproducer is 1-minimal (no single reducer step keeps its difference: the macro or the `.get()` carries the value
-the bug needs), so a key of all its culprits made one cause per route, as MiniJinja's HTML-escaping `tojson` was
-four causes (plain, a macro, `.get()`, `caller()`). Rendering the construct alone on the value the reference
-shows reaching it must key every route by the construct, in explain's clustering and in
-`chatgold expectations minimize` alike; a carrier that is itself the bug keeps its key.
+Each bug (six filters, a test, two loop attributes, `.items()`) is reached directly and through a macro,
+`.get()`, `caller()` and a `{% set %}` block (text routes only for text). Every route's reproducer is taken to
+1-minimal and still keeps the route's construct (it carries the value the bug needs), so a key of all its
+culprits made one cause per route, as MiniJinja's HTML-escaping `tojson` was four causes (plain, a macro,
+`.get()`, `caller()`). Rendering the construct alone on the value the reference shows reaching it must key
+every route by the construct, in explain's clustering and in `chatgold expectations minimize` alike; and a
+filter the bug's value merely passes through is not named the culprit.
 """
 from __future__ import annotations
 

@@ -7,13 +7,15 @@ nothing else puts the content in front of `tojson`. Keyed by all its culprits, o
 `.get()`, `caller()` or a `{% set %}` block is as many causes as there are routes to it.
 
 For each site of a culprit that takes values (a filter, a test, a method, `loop.*` over what its loop
-iterates; `.items()` too, a carrier that reorders), the reference renders the reproducer once more with one output added just before the site's tag,
-in its scope, printing what reaches the site as JSON: the value it is applied to and its arguments that are
-not literals. Each value seen (at most MAX_VALUES) is then given to the site alone, `{{ x[0]|f(x[1]) }}`, on
-both sides. The construct is a culprit when, alone, it shows the reproducer's kind of difference: the same
-refusal, or different output of the same difference class (cluster.difference_class); a test or a loop
-attribute is a culprit when, alone, it answers differently (what a test's answer makes the template print is the template's). The values go
-in one list (kwargs `x`), so an engine that drops null keys cannot change them.
+iterates; `.items()` too, a carrier that reorders), the reference renders the reproducer once more with one
+output added just before the site's tag, in its scope, printing what reaches the site as JSON: the value it is
+applied to and its arguments that are not literals. Each value seen (at most MAX_VALUES) is then given to the
+site alone, `{{ x[0]|f(x[1]) }}`, on both sides. The construct is a culprit when, alone, it shows the
+reproducer's kind of difference: the same refusal, or different output of the same difference class
+(cluster.difference_class); a test or a loop attribute is a culprit when, alone, it answers differently (what
+its answer makes the template print is the template's). The values go in one list (kwargs `x`), so an engine
+that drops null keys cannot change them, and a control render checks the engine binds that list as the
+reference does.
 
 When some site shows it, the reproducer is keyed and titled by those constructs only (narrowed); the others
 carried the value. When none does, every culprit stays: isolation never merges what rendering did not show.
