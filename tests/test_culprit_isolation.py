@@ -182,3 +182,36 @@ def test_minimize_merges_a_bug_reached_through_a_macro_with_the_bug_reached_dire
     assert {value.rpartition("@")[2] for cases in new.cells.values() for value in cases.values()} == {cause.id}
     assert all(f"reason {route}" in cause.reason for route in ("plain", "macro", "caller"))
 
+
+
+# Corpus templates that bring a value to `tojson` plainly, through `.get()`, a macro's output and `caller()`.
+ROUTED = ["ai21labs-jamba-tiny-dev", "apriel-1.6-15b-thinker-fixed", "axolotl-command_a_rag",
+          "openbmb-minicpm3-4b"]
+
+
+def test_explain_files_a_bug_reached_through_every_route_under_one_cause():
+    """End to end on corpus templates x every case: `chatgold explain` of the harness with only the
+    HTML-escaping `tojson` planted gives one cause holding every failing cell (it was four: plain, a macro,
+    `.get()`, `caller()`, as in MiniJinja's baseline)."""
+    import shlex
+    import sys
+    from pathlib import Path
+
+    from conformance.checkrun import check_cells
+    from conformance.explain import explain
+    from conformance.judge.pipeline import GoldenJudge, Selection, requests_by_cell
+    from conformance.judge.status import NON_MATCHING
+    from runners import get_runner
+
+    harness = Path(__file__).parent / "harnesses" / "buggy_jinja2.py"
+    argv = [sys.executable, str(harness), "--bug", "tojson-escapes-html"]
+    cells = Selection.load(ROUTED).cells()
+    with get_runner("command:" + shlex.join(argv), workers=2, timeout=20) as engine, \
+            get_runner("hf", workers=2) as reference:
+        results = check_cells(engine, cells, GoldenJudge(), tokens=False)
+        explanation = explain(results, engine, reference, requests_by_cell(cells))
+    failing = {r.key for r in results.results if r.status in NON_MATCHING}
+    assert {template for template, _ in failing} == set(ROUTED)
+    assert explanation.unexplained == []
+    assert [(c.constructs, set(c.cells)) for c in explanation.causes] == [(["filter:tojson"], failing)], \
+        [(c.title, len(c.cells)) for c in explanation.causes]
