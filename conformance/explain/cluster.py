@@ -245,11 +245,15 @@ def read_paths(template: str, case: Optional[dict] = None, maybe_data: bool = Fa
             macro = macros.get(node.node.name)
             if macro is not None and macro.name not in expanding:
                 # what a macro reads of the data passed to it is read through the call: `m(tools[0])` with
-                # `{{ v.function }}` in m reads tools[].function, as `{% set v = tools[0] %}` would
+                # `{{ v.function }}` in m reads tools[].function, as `{% set v = tools[0] %}` would (a request's
+                # name passed whole, `render(tools)`, stays read as that name)
+                def into(value) -> bool:
+                    return any(value is p for p in passed) and \
+                        not (isinstance(value, nodes.Name) and value.name not in scope)
+
                 bound = {argument.name: _path(value, scope) for argument, value in zip(macro.args, node.args)
-                         if any(value is p for p in passed)}
-                bound.update({kw.key: _path(kw.value, scope) for kw in node.kwargs
-                              if any(kw.value is p for p in passed)})
+                         if into(value)}
+                bound.update({kw.key: _path(kw.value, scope) for kw in node.kwargs if into(kw.value)})
                 bound = {name: path for name, path in bound.items() if path is not None}
                 if bound:
                     saved = dict(scope)
