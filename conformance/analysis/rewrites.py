@@ -217,9 +217,9 @@ REWRITES = (
             ("minijinja:c-56d7b3763b",), _tojson_ensure_ascii),
     Rewrite("iterable-not-none", "`x is iterable` spelled `(x is iterable and x is not none)` (none is iterable in "
             "MiniJinja, not in jinja2)",
-            ("minijinja:c-8f6c61ce4d", "minijinja:c-85cfda299b", "tgi:c-8f6c61ce4d",
-             "mistralrs:c-b51d97d739", "mistralrs-server:c-b51d97d739", "ferrox:c-dfb112ef8b",
-             "ferrox:c-85cfda299b"), _iterable_not_none),
+            ("minijinja:c-c7e0a60672", "minijinja:c-2958e4a0e2", "tgi:c-8f6c61ce4d",
+             "mistralrs:c-b51d97d739", "mistralrs-server:c-b51d97d739", "ferrox:c-ef6c32820d",
+             "ferrox:c-2958e4a0e2"), _iterable_not_none),
     Rewrite("digit-subscript", "`x.0.y` spelled `x[0].y` (MiniJinja's lexer reads `.0.` as a float)",
             ("tgi:c-dbf62c46d1", "mistralrs:c-dbf62c46d1", "mistralrs-server:c-dbf62c46d1"), _digit_subscript),
     Rewrite("generation-exact", "`{%- generation -%}` spelled `{{- '' }}{% generation %}{{ '' -}}` (engines drop "

@@ -300,10 +300,16 @@ def read_paths(template: str, case: Optional[dict] = None, maybe_data: bool = Fa
                                             for o in out))
 
 
-# Carriers that an engine may fail to parse at all: named when the engine refuses (`{% set a, b = ... %}` is
-# refused by MiniJinja before 2.10), carriers otherwise.
+# Carriers that an engine may fail to parse at all: named when the engine refuses the template's text
+# (`{% set a, b = ... %}` is a syntax error to MiniJinja before 2.10), carriers otherwise.
 PARSED_CARRIERS = frozenset({"stmt:set-multiple"})
 _REFUSALS = (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY)
+_PARSE_ERROR = re.compile(r"syntax|unexpected|expected", re.IGNORECASE)
+
+
+def _parse_refusal(symptom: Symptom) -> bool:
+    """Whether the engine refused the template's text itself (a syntax error), not a value at render time."""
+    return symptom.status in _REFUSALS and bool(_PARSE_ERROR.search(symptom.refusal or ""))
 
 
 def culprits(constructs: Iterable[str], refused: bool = False) -> list:
@@ -564,7 +570,7 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
             return f"owned:{'+'.join(owner)}#refuses|{_QUOTED.sub(chr(39) + '…' + chr(39), symptom.refusal)}"
         return f"owned:{'+'.join(owner)}#output"
-    found = culprits(constructs, symptom.status in _REFUSALS)
+    found = culprits(constructs, _parse_refusal(symptom))
     unbound = unbound_globals(symptom, reference, engine, paths, case, ignores_template)
     if unbound:
         # keyed by the names the engine binds, with the constructs that do more than ask for them
@@ -681,7 +687,7 @@ def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engin
     reads: reads_key; or the data that owns the difference: owner_subject), and how the engine differs on it."""
     if owner and not ignores_template:
         return _how(owner_subject(owner), True, symptom, reference, engine, False)
-    names = [] if ignores_template else culprits(constructs, symptom.status in _REFUSALS)
+    names = [] if ignores_template else culprits(constructs, _parse_refusal(symptom))
     reads = reads_key(symptom, constructs, reference, engine, paths, ignores_template)
     who = "the engine ignores the template" if ignores_template else subject(names)
     if reads:
