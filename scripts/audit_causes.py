@@ -61,7 +61,7 @@ def keyed_names(cause: dict) -> set:
     """What the stored cause is keyed by, recomputed from its reproducer (causes.stored_keyed_names)."""
     if ignores_template(cause):
         return set()
-    return stored_keyed_names(cause["repro"])
+    return stored_keyed_names(cause["repro"], culprits=cause.get("constructs"))
 
 
 _SOURCES: dict = {}

@@ -131,7 +131,8 @@ class Explanation:
     causes: list
     unexplained: list        # [{"template", "case", "status", "reason"}]
     stats: dict
-    stale: list = field(default_factory=list)  # known causes whose reproducer no longer differs: [{"id", "title", "reason"}]
+    # known causes whose reproducer no longer differs: [{"id", "title", "reason"}]
+    stale: list = field(default_factory=list)
 
     def cause_of(self) -> dict:
         """(template, case) -> cause id."""
@@ -451,7 +452,7 @@ def known_mechanisms(known: Iterable) -> list:
             continue
         out.append(KnownMechanism(cause.id, repro["template"], recorded.status, recorded.refusal, recorded.first,
                                   frozenset(cluster.culprits(constructs)), frozenset(data_features(repro["case"])),
-                                  frozenset(stored_keyed_names(repro, constructs)),
+                                  frozenset(stored_keyed_names(repro, constructs, getattr(cause, "constructs", None))),
                                   conversation_dict(Conversation.from_dict(repro["case"]))))
     return out
 
@@ -851,11 +852,18 @@ def keyed_names(cause) -> set:
     return names
 
 
-def stored_keyed_names(repro: dict, constructs: Optional[list] = None) -> set:
+def stored_keyed_names(repro: dict, constructs: Optional[list] = None, culprits: Optional[list] = None) -> set:
     """keyed_names of a stored cause, recomputed from its reproducer (cluster.cause_key): its culprit
-    constructs, the names of the paths it is keyed as reading, the names it is keyed as binding."""
+    constructs, the names of the paths it is keyed as reading, the names it is keyed as binding. `culprits`,
+    the stored cause's own constructs when it has them, stand for the reproducer's: they are the one a
+    rendering showed alone (isolate.py), which a recomputed key cannot know."""
     if repro.get("owner"):
         return set()   # keyed by the data that owns its difference, whatever the template uses
+    if culprits:
+        names = stored_keyed_names(repro, constructs)
+        keyed = {name for name in names if ":" in name}
+        # only where the stored ones narrow the recomputed key's (a key by a bound name keeps no test at all)
+        return names - keyed | set(culprits) if set(culprits) < keyed else names
     constructs = cluster.constructs_of(repro["template"]) if constructs is None else constructs
     reference, engine = outcome_from_dict(repro["reference"]), outcome_from_dict(repro["engine"])
     symptom = compare(reference, engine)

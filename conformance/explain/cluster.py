@@ -509,8 +509,9 @@ def ablate(case: dict, trigger: str) -> dict:
 
 def stand_ins(case: dict, trigger: str) -> list:
     """The case with a trigger the template can see replaced by what an engine's request layer may make of it:
-    an uncommon role as each usual one, a null as an empty string, JSON-string tool arguments parsed. The reference given one of them printing
-    exactly what the engine printed shows the engine turned the trigger into it, whatever the template does."""
+    an uncommon role as each usual one, a null as an empty string, JSON-string tool arguments parsed. The
+    reference given one of them printing exactly what the engine printed shows the engine turned the trigger
+    into it, whatever the template does."""
     if trigger == JSON_ARGUMENTS:
         return [_parsed_arguments(case) or case]
     if trigger.startswith("role="):
