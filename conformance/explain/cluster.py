@@ -327,6 +327,7 @@ def _ws(text: str) -> bool:
 _ESCAPE = re.compile(r"\\u[0-9a-fA-F]{4}|\\x[0-9a-fA-F]{2}|&#?\w+;")
 _TOKEN = re.compile(r"<\|?[\w.-]+\|?>")
 _QUOTED = re.compile(r"'[^'\n]{1,60}'")
+_JSON_BLOB = re.compile(r"[{\[][^\n]*[}\]]")
 
 
 def _escapes(deleted: str, inserted: str) -> bool:
@@ -593,7 +594,9 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         # takes only `indent`), checked by rendering each. With no construct, the quoted name is the identity.
         kind = "refuses|" + (_QUOTED.sub("'…'", symptom.refusal) if found else symptom.refusal)
     elif symptom.status == Status.ENGINE_RENDERED:
-        kind = "renders|" + symptom.refusal
+        # the reference's message may quote the case's data (`raise_exception('... ' + arguments)`): one
+        # message of the template's whatever data it quotes
+        kind = "renders|" + (_JSON_BLOB.sub("{…}", _QUOTED.sub("'…'", symptom.refusal)) if found else symptom.refusal)
     elif ignores_template:
         kind = "diverges"  # its own format against each template's: the edits say nothing more
     else:
