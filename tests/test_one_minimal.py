@@ -157,6 +157,23 @@ def test_the_registry_offers_every_kind_of_step():
     assert sizes == sorted(sizes)   # smallest first
 
 
+def test_a_step_leaving_a_bound_name_undefined_is_no_candidate():
+    """Dropping `{% set task_prompt %}...{% endset %}` while `task_prompt` is still printed would show how the
+    engines print an undefined name (hfjs's `undefined` against jinja2's `Undefined`: the same quote-style first
+    edit as a dict printed as JSON), a difference of its own: no step offers it, and the reducer refuses it."""
+    from conformance.explain.minimal import unbinds
+
+    source = ("{%- set task_prompt -%}{{ messages[0].content }}{%- endset -%}"
+              "{%- set rows = [{'': task_prompt}] -%}{%- for row in rows %}{{- row }}{%- endfor %}")
+    conversation = {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}], "tools": None,
+                    "documents": None, "add_generation_prompt": False, "continue_final_message": False,
+                    "kwargs": {}, "now": "2025-06-15T09:30:00+00:00"}
+    offered = {candidate for _, _, candidate, _, _ in candidates(source, conversation)}
+    assert offered and not any("task_prompt" in c and "set task_prompt" not in c for c in offered)
+    assert unbinds(source, source.split("{%- endset -%}")[1], conversation)
+    assert not unbinds(source, "{{ messages[0].content }}", conversation)
+
+
 # A template that checks its conversation, the way many corpus templates do: the reference refuses a system
 # message; otherwise it prints its own format.
 CHECKING = """{%- for message in messages %}

@@ -15,6 +15,7 @@ shortened. A message keeps its role.
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -172,6 +173,30 @@ def steps(template: bool = True) -> list:
     return [name for name, (kind, _) in SHRINKS.items() if template or kind != "template"]
 
 
+def _roots(source: str, conversation: dict) -> frozenset:
+    return _cached_roots(source, frozenset(conversation.get("kwargs") or {}))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_roots(source: str, kwargs: frozenset) -> frozenset:
+    """The first names of the paths a template reads (a reduction asks for the same templates many times)."""
+    from conformance.explain import cluster
+
+    case = {"kwargs": dict.fromkeys(kwargs)}
+    return frozenset(re.split(r"[.\[]", path, 1)[0] for path in cluster.read_paths(source, case))
+
+
+def unbinds(source: str, candidate: str, conversation: dict, roots: Optional[set] = None) -> bool:
+    """Whether a candidate template reads a name that `source` binds itself and the candidate no longer does
+    (a `{% set x %}` block dropped, `x` still printed): it would show how the engines print an undefined name,
+    a difference of its own, not the source's. `roots`: the source's, when already computed."""
+    if candidate == source:
+        return False
+    given = set(conversation) | set(conversation.get("kwargs") or {})
+    before = _roots(source, conversation) if roots is None else roots
+    return bool(_roots(candidate, conversation) - before - given)
+
+
 def candidates(source: str, conversation: dict, template: bool = True, parse: bool = True,
                only: Optional[str] = None) -> list:
     """Every candidate one registered step smaller than (source, conversation), smallest first, each once,
@@ -179,6 +204,7 @@ def candidates(source: str, conversation: dict, template: bool = True, parse: bo
     steps; `parse`: only candidates whose template parses (with the reference's tags); `only`: one step's
     candidates."""
     here = size(source, conversation)
+    roots = _roots(source, conversation) if template else set()
     seen, out = set(), []
     for name, (kind, function) in SHRINKS.items():
         if (kind == "template" and not template) or (only is not None and name != only):
@@ -194,6 +220,8 @@ def candidates(source: str, conversation: dict, template: bool = True, parse: bo
             if measure >= here:
                 continue
             if parse and kind == "template" and not tpl.parses(candidate_source):
+                continue
+            if kind == "template" and unbinds(source, candidate_source, conversation, roots):
                 continue
             out.append((measure, name, candidate_source, candidate_conversation, rename))
     out.sort(key=lambda c: c[0])

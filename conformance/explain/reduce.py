@@ -149,6 +149,8 @@ class Reduction:
         whole nodes of a balanced tree removed always does, and parsing costs as much as a render)."""
         if parse and self.check_parse and not tpl.parses(source):
             return False
+        if self.best is not None and minimal.unbinds(self.best[0].template, source, conversation):
+            return False   # a name the template bound, now undefined: another difference than the target's
         request = self._request(source, conversation)
         (pair,) = yield from self.render([request])
         symptom = compare(*pair)
