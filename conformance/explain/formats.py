@@ -122,9 +122,7 @@ class FormatReduction(Reduction):
                     yield from self.onestep()
             except BudgetSpent:
                 self.complete = False
-        request, pair, symptom = self.best
-        return Found(request, pair[0], pair[1], symptom, self.renders, self.complete, dict(self.phase_renders),
-                     found.ignores_template)
+        return self.found(found.ignores_template)
 
 
 def symptom_kind(symptom: Symptom) -> str:

@@ -262,9 +262,13 @@ class Reduction:
             yield from self.onestep()
         except BudgetSpent:
             self.complete = False
+        return self.found(self.ignores_template)
+
+    def found(self, ignores_template: bool) -> Found:
+        """The best pair so far as the reduction's result."""
         request, pair, symptom = self.best
         return Found(request, pair[0], pair[1], symptom, self.renders, self.complete, dict(self.phase_renders),
-                     self.ignores_template)
+                     ignores_template)
 
     def run_unreduced(self, reason: str) -> Steps:
         """No reduction (the group is past the per-template limit), only what one probe can tell: if the engine
