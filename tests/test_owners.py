@@ -8,7 +8,7 @@ from conformance.explain import cluster
 from conformance.explain.causes import find_owners
 from conformance.explain.reduce import Found
 from runners.base import Conversation, RenderRequest
-from tests.planted_support import differing
+from planted_support import differing
 
 PLANTED = ("developer-as-system", "continue-rebuilt", "tojson-sorts-keys", "null-keys-kept", "tool-arguments-parsed")
 
