@@ -71,13 +71,50 @@ def test_sarif_markdown_html_and_terminal(tmp_path, capsys):
     log = json.loads(sarif.read_text())
     _sarif_validator().validate(log)
     results = log["runs"][0]["results"]
-    assert results and all(r["level"] == "error" for r in results)
-    assert any("c-" in r["ruleId"] for r in results)
+    errors = [r for r in results if r["level"] == "error"]
+    assert errors and any("c-" in r["ruleId"] for r in errors)
+    # the cases minijinja did not run are a note, not an error and not silence
+    assert {r["level"] for r in results} <= {"error", "note"}
+    assert [r["ruleId"] for r in results if r["level"] == "note"] == ["compat/minijinja/cases-not-run"]
     err = capsys.readouterr().err
     assert "minijinja" in err and "FAILS" in err  # the terminal table on stderr when --out is a file
     for fmt, marker in (("markdown", "| engine | verdict |"), ("html", "<table>"), ("terminal", "FAILS")):
         assert main(["compat", str(path), "--engines", "minijinja", "--workers", "1", "--format", fmt]) == 1
         assert marker in capsys.readouterr().out
+
+
+def test_sarif_says_which_engines_were_not_run(tmp_path):
+    """An engine the run did not start (the service's time limit: the record's `not_run`) is a warning result and
+    a run notification in the SARIF, so a code-scanning reader does not take its silence for a pass."""
+    import time
+
+    from conformance.analysis.compat import CompatOptions, UserTemplate, compat
+    from conformance.checkrun import CheckRun, ExplainOptions
+    from conformance.cli.compat import render_output
+
+    options = CompatOptions(engines=["minijinja", "hfjs"], workers=1)
+
+    def log(line: str) -> None:  # minijinja starts, then the run's time is up: hfjs is never started
+        options.deadline = time.monotonic() - 1
+
+    options.log = log
+    template = compat(UserTemplate("t", CHATML, None, None), options, CheckRun, ExplainOptions)
+    assert [e["engine"] for e in template["engines"]] == ["minijinja"]
+    assert [n["engine"] for n in template["not_run"]] == ["hfjs"]
+    record = {"format": 1, "file": "t.jinja", "engines": ["minijinja", "hfjs"], "templates": [template],
+              "renders_right_everywhere": template["renders_right_everywhere"]}
+    schema_validator("compat.schema.json").validate(record)
+    log_ = json.loads(render_output(record, "sarif", "t.jinja"))
+    _sarif_validator().validate(log_)
+    run = log_["runs"][0]
+    [result] = [r for r in run["results"] if r["ruleId"] == "compat/hfjs/engine-not-run"]
+    assert result["level"] == "warning" and "hfjs was not run" in result["message"]["text"]
+    assert "time limit" in result["message"]["text"]
+    assert not any(r["ruleId"].startswith("compat/hfjs/") and r is not result for r in run["results"])
+    [notification] = run["invocations"][0]["toolExecutionNotifications"]
+    assert notification["level"] == "warning" and notification["associatedRule"]["id"] == result["ruleId"]
+    rules = run["tool"]["driver"]["rules"]
+    assert rules[result["ruleIndex"]]["id"] == result["ruleId"]
 
 
 def test_the_sarif_check_can_fail():

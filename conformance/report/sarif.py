@@ -37,11 +37,14 @@ def _where(path: str, line: Optional[int], template: str) -> str:
     return ""
 
 
-def _log(rules: list, results: list, version: str) -> dict:
-    return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION,
-            "runs": [{"tool": {"driver": {"name": "chatgold", "informationUri": TOOL_URI, "version": version,
-                                          "rules": rules}},
-                      "columnKind": "unicodeCodePoints", "results": results}]}
+def _log(rules: list, results: list, version: str, notifications: Optional[list] = None) -> dict:
+    run: dict = {"tool": {"driver": {"name": "chatgold", "informationUri": TOOL_URI, "version": version,
+                                     "rules": rules}},
+                 "columnKind": "unicodeCodePoints", "results": results}
+    if notifications:
+        # what was not checked, for SARIF readers that show a run's notifications (results carry it too)
+        run["invocations"] = [{"executionSuccessful": True, "toolExecutionNotifications": notifications}]
+    return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION, "runs": [run]}
 
 
 def _version() -> str:
@@ -86,12 +89,44 @@ def lint_sarif(record: dict, path: str) -> dict:
 
 def compat_sarif(record: dict, path: str) -> dict:
     """One result per (engine, known cause) and per (engine, outcome) of the differences no cause explains, on
-    the template line of the cause's construct (or the line a refusal names)."""
+    the template line of the cause's construct (or the line a refusal names). What was not checked is said too,
+    so silence is not read as a pass: a warning (and a run notification) per engine the run did not start (the
+    record's `not_run`), a note per engine with cases it did not run (its `not-run` count)."""
     rules: list = []
     index: dict = {}
     results = []
+    notifications = []
     for template in record["templates"]:
         name = template["template"]["name"]
+        for skipped in template.get("not_run", []):
+            spec = skipped["engine"]
+            rule_id = f"compat/{spec}/engine-not-run"
+            rule = _rule_index(rules, index, rule_id, f"{spec}: not run",
+                               f"{spec} was not run on the template, so nothing is known of how it renders it.",
+                               "warning")
+            text = (f"{spec} was not run, so it is not known whether it renders {name} right: {skipped['why']}. "
+                    f"The template is not said to render right everywhere.")
+            results.append({"ruleId": rule_id, "ruleIndex": rule, "level": "warning", "message": {"text": text},
+                            "locations": [_location(path, None)],
+                            "partialFingerprints": {"chatgold/v1": f"{name}|{rule_id}"}})
+            notifications.append({"level": "warning", "message": {"text": text},
+                                  "associatedRule": {"id": rule_id, "index": rule}})
+        for engine in template["engines"]:
+            missing = [f["case"] for f in engine["failures"] if f["bucket"] == "not-run"]
+            if not engine["counts"].get("not-run"):
+                continue
+            spec = engine["engine"]
+            rule_id = f"compat/{spec}/cases-not-run"
+            rule = _rule_index(rules, index, rule_id, f"{spec}: cases not run",
+                               f"Cases {spec} did not run (the runner cannot express them, or the reference gave "
+                               f"no answer): how it renders them is not known.", "note")
+            text = (f"{spec} {engine['version']} did not run {engine['counts']['not-run']} of {engine['cases']} "
+                    f"case(s) of {name}; they are neither right nor wrong"
+                    + (f": {', '.join(missing[:10])}" + (" ..." if len(missing) > 10 else "") if missing else "")
+                    + ".")
+            results.append({"ruleId": rule_id, "ruleIndex": rule, "level": "note", "message": {"text": text},
+                            "locations": [_location(path, None)],
+                            "partialFingerprints": {"chatgold/v1": f"{name}|{rule_id}"}})
         for engine in template["engines"]:
             if engine["renders_right"]:
                 continue
@@ -129,4 +164,4 @@ def compat_sarif(record: dict, path: str) -> dict:
                 results.append({"ruleId": rule_id, "ruleIndex": rule, "level": "error", "message": {"text": text},
                                 "locations": [_location(path, line)],
                                 "partialFingerprints": {"chatgold/v1": f"{name}|{rule_id}|{line or 0}"}})
-    return _log(rules, results, _version())
+    return _log(rules, results, _version(), notifications)
