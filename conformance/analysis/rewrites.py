@@ -45,6 +45,15 @@ _DIGIT = re.compile(r"(?<=[A-Za-z_\]\)])\.(\d+)(?![\w.]*\()(?=\W|$)")
 _DEFAULT_TRUE = re.compile(rf"{_OPERAND}\s*\|\s*default\(\s*({_ARG})\s*,\s*(?:true|True)\s*\)")
 _GENERATION = re.compile(r"\{%(-?)\s*(generation|endgeneration)\s*(-?)%\}")
 _TAG = re.compile(r"\{%(-?)\s*(\w+)(.*?)(-?)%\}", re.DOTALL)
+# tags that open a block closed by `end<word>` (`set` without `=` too: a block set)
+_OPENERS = ("for", "if", "macro", "call", "filter", "generation", "block", "with", "autoescape")
+_COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
+
+
+def _tags(template: str) -> list:
+    """The block tags of a template, those quoted inside a `{# comment #}` left out."""
+    comments = [m.span() for m in _COMMENT.finditer(template)]
+    return [t for t in _TAG.finditer(template) if not any(a <= t.start() < b for a, b in comments)]
 
 
 def outside_strings(code: str, change: Callable[[str], tuple]) -> tuple:
@@ -134,14 +143,14 @@ def _continue_as_if(template: str) -> tuple:
     """`{% if c %}{% continue %}{% endif %}` right inside a for loop's body: the rest of the body goes into
     `{% if not (c) %}...{% endif %}`, the new `if` taking the old `endif`'s right whitespace control and the new
     `endif` the `endfor`'s left one (so every byte around them is stripped or kept as before)."""
-    tags = list(_TAG.finditer(template))
+    tags = _tags(template)
     edits = []      # (start, end, replacement)
     stack = []      # [kind, tag index, inserts before its end]
     i = 0
     while i < len(tags):
         tag = tags[i]
         word = tag.group(2)
-        if word in ("for", "if", "macro", "call", "filter"):
+        if word in _OPENERS:
             if word == "if" and stack and stack[-1][0] == "for" and i + 2 < len(tags) \
                     and tags[i + 1].group(2) == "continue" and tags[i + 2].group(2) == "endif" \
                     and not template[tag.end():tags[i + 1].start()].strip() \
@@ -173,19 +182,20 @@ def _continue_flag(template: str) -> tuple:
     (`_cg_skip`, false at the top of each iteration) and the rest of the body, after the `if`'s `endif`, in
     `{% if not _cg_skip %}...{% endif %}`; each new tag takes the whitespace control of the tag it stands
     next to, so the bytes around it are stripped or kept as before (jinja2's `if` has no scope of its own)."""
-    tags = list(_TAG.finditer(template))
+    tags = _tags(template)
     edits = []      # (at, end, replacement)
     stack = []      # [kind, tag, {"flag": bool, "wraps": int}]
     for i, tag in enumerate(tags):
         word = tag.group(2)
         nxt = tags[i + 1] if i + 1 < len(tags) else None
-        if word in ("for", "if", "macro", "call", "filter") or (word == "set" and "=" not in tag.group(3)):
+        if word in _OPENERS or (word == "set" and "=" not in tag.group(3)):
             stack.append([word, tag, {"flag": False, "wraps": 0, "skips": False}])
         elif word == "continue":
             if len(stack) < 2 or stack[-1][0] != "if" or stack[-2][0] != "for" or nxt is None \
                     or nxt.group(2) not in ("elif", "else", "endif") or template[tag.end():nxt.start()].strip():
                 return template, 0    # a continue elsewhere: not this simple
-            edits.append((tag.start(), tag.end(), f"{{%{tag.group(1)} set _cg_skip = true {tag.group(4)}%}}"))
+            # `-%}`: the whitespace up to the branch's end is text the continue never let print
+            edits.append((tag.start(), tag.end(), f"{{%{tag.group(1)} set _cg_skip = true -%}}"))
             stack[-1][2]["skips"] = True
         elif word.startswith("end") and stack:
             kind, opened, info = stack.pop()
@@ -202,9 +212,113 @@ def _continue_flag(template: str) -> tuple:
             return template, 0
     if stack:
         return template, 0
-    for at, end, replacement in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+    # insertions at one place go in the order they were made (`{% endif %}{% endfor %}`: the guard opens, then
+    # closes)
+    order = sorted(range(len(edits)), key=lambda n: (edits[n][0], edits[n][1], n), reverse=True)
+    for at, end, replacement in (edits[n] for n in order):
         template = template[:at] + replacement + template[end:]
     return template, sum(1 for e in edits if "set _cg_skip = true" in e[2])
+
+
+def _break_flag(template: str) -> tuple:
+    """`{% break %}` ending a branch (of an `if` at any depth in a for loop's body, or the body itself): a
+    namespace flag made just before the loop (`_cg_break<n>`, a namespace because jinja2 forgets a plain `set` at
+    the next iteration), set where the break was; the whole body in `{% if not <flag>.on %}` (the iterations
+    after a break print nothing), and the rest of each enclosing block after the `if` that broke in
+    `{% if not <flag>.on %}...{% endif %}` (the rest of the iteration prints nothing). Each new tag takes the
+    whitespace control of the tag it stands next to; the set strips what follows it up to the branch's end,
+    text the break never let print. A loop with an `else`, a filter (`for x in y if c`, evaluated for every
+    item, also those after the break) or `recursive` is left alone, as is a break anywhere else."""
+    tags = _tags(template)
+    edits = []      # (at, end, replacement)
+    stack = []      # [kind, tag, {"flag": name or None, "guards": int, "breaks": set of flag names}]
+    loops = 0
+    for i, tag in enumerate(tags):
+        word = tag.group(2)
+        nxt = tags[i + 1] if i + 1 < len(tags) else None
+        if word in _OPENERS or (word == "set" and "=" not in tag.group(3)):
+            stack.append([word, tag, {"flag": None, "guards": 0, "breaks": set()}])
+        elif word == "break":
+            loop = next((at for at in range(len(stack) - 1, -1, -1) if stack[at][0] != "if"), None)
+            if loop is None or stack[loop][0] != "for" or nxt is None \
+                    or nxt.group(2) not in (("elif", "else", "endif") if stack[-1][0] == "if" else ("endfor",)) \
+                    or template[tag.end():nxt.start()].strip():
+                return template, 0    # a break elsewhere: not this simple
+            head = stack[loop][1]
+            if re.search(r"\b(?:if|recursive)\b", _STRING.sub("''", head.group(3))):
+                return template, 0
+            info = stack[loop][2]
+            if info["flag"] is None:
+                info["flag"] = f"_cg_break{loops}"
+                loops += 1
+                edits.append((head.start(), head.start(),
+                              f"{{%{head.group(1)} set {info['flag']} = namespace(on=false) %}}"))
+                edits.append((head.end(), head.end(), f"{{% if not {info['flag']}.on {head.group(4)}%}}"))
+            edits.append((tag.start(), tag.end(), f"{{%{tag.group(1)} set {info['flag']}.on = true -%}}"))
+            if stack[-1][0] == "if":
+                stack[-1][2]["breaks"].add(info["flag"])
+        elif word in ("elif", "else", "endif", "endfor") or (word.startswith("end") and stack):
+            if not stack:
+                return template, 0
+            if word in ("elif", "else"):
+                kind, opened, info = stack[-1]
+                if kind == "for" and info["flag"]:
+                    return template, 0    # a for loop's else
+                if info["guards"]:
+                    edits.append((tag.start(), tag.start(), f"{{%{tag.group(1)} endif %}}" * info["guards"]))
+                    info["guards"] = 0
+                continue
+            kind, opened, info = stack.pop()
+            if info["guards"]:
+                edits.append((tag.start(), tag.start(), f"{{%{tag.group(1)} endif %}}" * info["guards"]))
+            if kind == "for" and info["flag"]:
+                edits.append((tag.start(), tag.start(), f"{{%{tag.group(1)} endif %}}"))
+            if kind == "if" and info["breaks"]:
+                parent = stack[-1]    # an if's breaks always have a loop around them
+                for flag in sorted(info["breaks"]):
+                    edits.append((tag.end(), tag.end(), f"{{% if not {flag}.on {tag.group(4)}%}}"))
+                    parent[2]["guards"] += 1
+                    if parent[0] == "if":     # its own endif then guards the rest of the block around it
+                        parent[2]["breaks"].add(flag)
+    if stack:
+        return template, 0
+    # insertions at one place go in the order they were made (a guard opened before the next one closes)
+    order = sorted(range(len(edits)), key=lambda n: (edits[n][0], edits[n][1], n), reverse=True)
+    for at, end, replacement in (edits[n] for n in order):
+        template = template[:at] + replacement + template[end:]
+    return template, sum(1 for e in edits if ".on = true" in e[2])
+
+
+_CONTENT_LOOP = re.compile(rf"\s*([A-Za-z_]\w*)\s+in\s+((?:{_PATH})?(?:\bcontent|\.content|\[(?:'content'|\"content\")\]))"
+                           rf"\s*$")
+
+
+def _string_for_index(template: str) -> tuple:
+    """`{% for x in m.content %}` (a message's content, a string or a list of parts): the loop runs over
+    `(range(m.content|length) if m.content is string else m.content)` and its body starts with
+    `{% set x = (m.content[i] if m.content is string else i) %}`, so a string is still walked character by
+    character, as jinja2 does, in engines whose `for` refuses a string (@huggingface/jinja); a list or a map
+    is walked as before. The loop's `loop` is the same (same length); a template reading `loop.previtem` or
+    `loop.nextitem` (an index, not a character, on a string) is left alone, as is a loop with a filter or
+    `recursive`. Each new tag takes the old tag's whitespace control."""
+    if re.search(r"\bloop\.(?:previtem|nextitem)\b", template):
+        return template, 0
+    edits = []
+    for tag in _tags(template):
+        if tag.group(2) != "for":
+            continue
+        head = _CONTENT_LOOP.fullmatch(tag.group(3))
+        if head is None:
+            continue
+        target, items = head.group(1), head.group(2)
+        index = f"_cg_i{len(edits)}"
+        edits.append((tag.start(), tag.end(),
+                      f"{{%{tag.group(1)} for {index} in (range({items}|length) if {items} is string else {items}) "
+                      f"{tag.group(4)}%}}{{% set {target} = ({items}[{index}] if {items} is string else {index}) "
+                      f"{tag.group(4)}%}}"))
+    for at, end, replacement in reversed(edits):
+        template = template[:at] + replacement + template[end:]
+    return template, len(edits)
 
 
 REWRITES = (
@@ -235,6 +349,13 @@ REWRITES = (
             ("mistralrs:c-c51266d765", "mistralrs:c-a4714d7fa8", "mistralrs-server:c-c51266d765",
              "mistralrs-server:c-a4714d7fa8", "llamacpp:c-79c62c7784",
              "hfjs:c-79c62c7784"), _continue_flag),
+    Rewrite("break-flag", "`{% break %}` ending a branch in a loop spelled as a namespace flag set there, the "
+            "body in `{% if not <flag>.on %}` and the rest of the iteration after the break's `if` guarded by it "
+            "(no loop controls needed)",
+            ("mistralrs:c-4d66ebe78f", "mistralrs-server:c-4d66ebe78f", "sglang:c-4d66ebe78f"), _break_flag),
+    Rewrite("string-for-index", "`{% for x in m.content %}` spelled as a loop over `range(m.content|length)` when "
+            "the content is a string (its characters, as jinja2 walks it), over the content as before otherwise",
+            ("hfjs:c-3b08bf566c",), _string_for_index),
     Rewrite("default-true", "`x|default(d, true)` spelled `(x if x else d)` (TGI's MiniJinja takes one argument)",
             ("tgi:c-7a84c4d907", "tgi:c-20bc5c39da"), _default_true),
 )
@@ -258,12 +379,12 @@ def prove(base: dict, candidate: dict) -> tuple:
     return True, gained, ""
 
 
-def fix(text: str, base: dict, render: Callable[[str], dict]) -> tuple:
-    """(fixed text, its compat record, fix section) trying every rewrite that applies; `render(text)` is the
-    compat record of a template text (the same engines and cases as `base`)."""
+def fix(text: str, base: dict, render: Callable[[str], dict], rewrites: tuple = REWRITES) -> tuple:
+    """(fixed text, its compat record, fix section) trying every rewrite (of `rewrites`) that applies;
+    `render(text)` is the compat record of a template text (the same engines and cases as `base`)."""
     current, record = text, base
     applied, rejected = [], []
-    pending = list(REWRITES)
+    pending = list(rewrites)
     neutral: dict = {}   # name -> (rewrite, entry): the reference unchanged, no engine better or worse
     progress = True
     while progress and pending:
@@ -310,11 +431,11 @@ def fix(text: str, base: dict, render: Callable[[str], dict]) -> tuple:
 
 
 def corpus_count(engines: list, check_run: Callable, explain_options: Callable, seed: int = 34, limit=None,
-                 out=None, part: tuple = (1, 1)) -> dict:
+                 out=None, part: tuple = (1, 1), only: tuple = ()) -> dict:
     """`--fix` over the corpus: every template the rewrites apply to (at least one site), in a seeded random
     order (so a run cut short is a random sample), through compat with `engines`; one JSON line per template
-    to `out` as it goes; `part` (I, N): the I-th of N interleaved parts. Returns the totals over the templates
-    done. check_run / explain_options as compat
+    to `out` as it goes; `part` (I, N): the I-th of N interleaved parts; `only` (rewrite names): the templates
+    where one of them has a site, and only they are tried. Returns the totals over the templates done. check_run / explain_options as compat
     takes them (the caller hands in conformance.checkrun's, a floor above this one)."""
     import json
     import random
@@ -322,8 +443,12 @@ def corpus_count(engines: list, check_run: Callable, explain_options: Callable, 
     from conformance.analysis.compat import CompatOptions, UserTemplate, compat
     from conformance.corpus.manifest import load_corpus
 
+    rewrites = tuple(r for r in REWRITES if r.name in only) if only else REWRITES
+    unknown = set(only) - {r.name for r in REWRITES}
+    if unknown:
+        raise ValueError(f"unknown rewrite(s): {', '.join(sorted(unknown))}")
     entries = sorted(load_corpus().by_id.values(), key=lambda e: e.id)
-    applicable = [e for e in entries if any(r.apply(e.source())[1] for r in REWRITES)]
+    applicable = [e for e in entries if any(r.apply(e.source())[1] for r in rewrites)]
     random.Random(seed).shuffle(applicable)
     index, count = part  # every count-th template from the index-th: parts run apart add up to the whole
     applicable = applicable[index - 1::count]
@@ -333,7 +458,7 @@ def corpus_count(engines: list, check_run: Callable, explain_options: Callable, 
         def render(text: str, entry=entry) -> dict:
             return compat(UserTemplate(entry.id, text, entry.bos_token, entry.eos_token), options, check_run,
                           explain_options)
-        _, _, section = fix(entry.source(), render(entry.source()), render)
+        _, _, section = fix(entry.source(), render(entry.source()), render, rewrites)
         gains = {e: section["after"][e] - section["before"][e] for e in section["before"]}
         totals["done"] += 1
         totals["kept"] += bool(section["applied"])
