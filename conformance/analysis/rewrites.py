@@ -23,6 +23,12 @@ time, each on top of those already kept.
                          controls (mistral.rs) refuse `continue`; llama.cpp drops what the `if` printed
     continue-flag        a `{% continue %}` ending any branch of such an `if`: a flag set there, the rest of
                          the body in `{% if not _cg_skip %}...{% endif %}`
+    break-flag           a `{% break %}` ending a branch (of `if`s at any depth in a loop's body): a namespace
+                         flag made before the loop, set there; the body and the rest of each block after the
+                         `if` that broke guarded by it (mistral.rs, mistralrs-server, SGLang: no loop controls)
+    string-for-index     `{% for x in m.content %}`  ->  a loop over `range(m.content|length)` when the content
+                         is a string (x its character, as jinja2 walks it), over the content otherwise:
+                         @huggingface/jinja's `for` refuses a string
     default-true         `x|default(d, true)`  ->  `(x if x else d)`: TGI's MiniJinja takes one argument
 """
 from __future__ import annotations
@@ -466,7 +472,8 @@ def corpus_count(engines: list, check_run: Callable, explain_options: Callable, 
         totals["cells"] += sum(g for g in gains.values() if g > 0)
         if out is not None:
             out.write(json.dumps({"template": entry.id, "applied": [a["name"] for a in section["applied"]],
-                                  "gained": {e: g for e, g in gains.items() if g}}) + "\n")
+                                  "gained": {e: g for e, g in gains.items() if g},
+                                  "rejected": {r["name"]: r["why"] for r in section["rejected"]}}) + "\n")
             out.flush()
     return totals
 
