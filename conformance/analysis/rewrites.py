@@ -295,8 +295,8 @@ def _break_flag(template: str) -> tuple:
     return template, sum(1 for e in edits if ".on = true" in e[2])
 
 
-_CONTENT_LOOP = re.compile(rf"\s*([A-Za-z_]\w*)\s+in\s+((?:{_PATH})?(?:\bcontent|\.content|\[(?:'content'|\"content\")\]))"
-                           rf"\s*$")
+_CONTENT_LOOP = re.compile(rf"\s*([A-Za-z_]\w*)\s+in\s+"
+                           rf"((?:{_PATH})?(?:\bcontent|\.content|\[(?:'content'|\"content\")\]))\s*$")
 
 
 def _string_for_index(template: str) -> tuple:
@@ -441,8 +441,8 @@ def corpus_count(engines: list, check_run: Callable, explain_options: Callable, 
     """`--fix` over the corpus: every template the rewrites apply to (at least one site), in a seeded random
     order (so a run cut short is a random sample), through compat with `engines`; one JSON line per template
     to `out` as it goes; `part` (I, N): the I-th of N interleaved parts; `only` (rewrite names): the templates
-    where one of them has a site, and only they are tried. Returns the totals over the templates done. check_run / explain_options as compat
-    takes them (the caller hands in conformance.checkrun's, a floor above this one)."""
+    where one of them has a site, and only they are tried. Returns the totals over the templates done.
+    check_run / explain_options as compat takes them (the caller hands in conformance.checkrun's, a floor above this one)."""
     import json
     import random
 
