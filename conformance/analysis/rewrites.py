@@ -442,7 +442,8 @@ def corpus_count(engines: list, check_run: Callable, explain_options: Callable, 
     order (so a run cut short is a random sample), through compat with `engines`; one JSON line per template
     to `out` as it goes; `part` (I, N): the I-th of N interleaved parts; `only` (rewrite names): the templates
     where one of them has a site, and only they are tried. Returns the totals over the templates done.
-    check_run / explain_options as compat takes them (the caller hands in conformance.checkrun's, a floor above this one)."""
+    check_run / explain_options as compat takes them (the caller hands in conformance.checkrun's, a floor
+    above this one)."""
     import json
     import random
 
