@@ -10,7 +10,8 @@ from conformance.explain.reduce import Found
 from runners.base import Conversation, RenderRequest
 from planted_support import differing
 
-PLANTED = ("developer-as-system", "continue-rebuilt", "tojson-sorts-keys", "null-keys-kept", "tool-arguments-parsed")
+PLANTED = ("developer-as-system", "continue-rebuilt", "tojson-sorts-keys", "null-keys-kept", "tool-arguments-parsed",
+           "reasoning-not-aliased")
 
 
 def _request(template: str, messages: list, **flags) -> RenderRequest:
@@ -86,3 +87,27 @@ def test_a_null_the_template_tests_is_owned_when_the_reference_answers_the_same_
         "prints-null": _request("{{ messages[0]['content'] }}", [{"role": "user", "content": None}]),
     })
     assert owners == {"tests-null": ("messages.*=null",), "prints-null": ("messages.*=null",)}
+
+
+def test_reasoning_under_one_name_is_one_cause_however_the_template_reads_it(planted):
+    """R11: transformers gives a message's reasoning as both `thinking` and `reasoning_content`. An engine that
+    passes the message as given differs through every way a template looks at `thinking` (a test, `in`, its
+    truth, `is defined`): one bug, owned by the data, where a construct-keyed cause made four. A template bug
+    that a reasoning message only leads to stays the template's."""
+    reasoning = [{"role": "assistant", "content": "a", "reasoning_content": "r"}]
+    owners = _owners(planted, {
+        "is-string": _request("{% if messages[0].thinking is string %}<{% endif %}", reasoning),
+        "in": _request("{% if 'thinking' in messages[0] %}{% else %}<{% endif %}", reasoning),
+        "truth": _request("{% if messages[0].thinking %}<{{ messages[0].thinking }}{% endif %}", reasoning),
+        "is-defined": _request("{% if messages[0].thinking is defined %}x{% endif %}", reasoning),
+        "tojson-after-reasoning": _request("{% if messages[0].reasoning_content %}{{ {'b': 1, 'a': 2} | tojson }}"
+                                           "{% endif %}", reasoning),
+    })
+    named = cluster.REASONING_NAMES
+    assert owners == {"is-string": (named,), "in": (named,), "truth": (named,), "is-defined": (named,),
+                      "tojson-after-reasoning": ()}
+    # the trigger taken out is R11 applied, nulls left for their own trigger
+    case = {"messages": [{"role": "assistant", "reasoning": "r", "content": None}]}
+    assert cluster.ablate(case, named)["messages"][0] == \
+        {"thinking": "r", "role": "assistant", "reasoning": "r", "reasoning_content": "r", "content": None}
+    assert named not in cluster.ownable({"messages": [{"role": "user", "content": "x"}]})

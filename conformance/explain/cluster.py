@@ -34,6 +34,7 @@ from conformance.explain.signature import (
 from conformance.files import ENCODING_ERRORS
 from conformance.judge.status import Status
 from runners.base import Outcome
+from runners.semantics import alias_reasoning
 
 # `{% set k, v = ... %}` carries too: it is also what the reducer makes of `{% for k, v in ... %}` (its first
 # item), so as a culprit it would name a construct the template never had.
@@ -472,19 +473,48 @@ def _parsed_arguments(case: dict) -> Optional[dict]:
     return out if changed else None
 
 
+# A message's reasoning given under one of its names: transformers hands the template every message with it
+# under both `thinking` and `reasoning_content` (SEMANTICS.md R11); an engine that passes messages as given
+# shows it under the name the request used only.
+REASONING_NAMES = "messages.reasoning=one-name"
+
+
+def _aliased(case: dict) -> Optional[dict]:
+    """The case with every message's reasoning under the names R11 gives it; None when that changes nothing.
+    R11 is idempotent, so the reference renders the result exactly as it rendered the case."""
+    out = json.loads(json.dumps(case))
+    changed = False
+    messages = out.get("messages") or []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict):
+            continue
+        given = {k: v for k, v in message.items() if v is not None}
+        aliased = alias_reasoning(given)
+        if list(aliased.items()) != list(given.items()):
+            # the nulls stay as given: R4's null keys are a trigger of their own
+            messages[index] = {**aliased, **{k: None for k, v in message.items() if v is None}}
+            changed = True
+    return out if changed else None
+
+
 def ownable(case: Optional[dict]) -> list:
     """The triggers of a reproducer's data (triggers) that can be taken out of it to see whether they own its
-    difference: a flag set, an uncommon role, a null, tool-call arguments as a JSON string. A boolean is a value
-    the template reads, not data an engine's request layer handles on its own."""
+    difference: a flag set, an uncommon role, a null, tool-call arguments as a JSON string, a message's
+    reasoning under one name. A boolean is a value the template reads, not data an engine's request layer
+    handles on its own."""
     found = [t for t in triggers(case) if not t.endswith(("=true", "=false"))]
-    return found + ([JSON_ARGUMENTS] if case and _parsed_arguments(case) is not None else [])
+    found += [JSON_ARGUMENTS] if case and _parsed_arguments(case) is not None else []
+    return found + ([REASONING_NAMES] if case and _aliased(case) is not None else [])
 
 
 def ablate(case: dict, trigger: str) -> dict:
     """The case without one trigger: a flag unset, an uncommon role made `user`, every null under the named
-    top-level field removed (a null key dropped, a null item left out), JSON-string tool arguments parsed."""
+    top-level field removed (a null key dropped, a null item left out), JSON-string tool arguments parsed, each
+    message's reasoning given under every name R11 gives it."""
     if trigger == JSON_ARGUMENTS:
         return _parsed_arguments(case) or case
+    if trigger == REASONING_NAMES:
+        return _aliased(case) or case
     out = json.loads(json.dumps(case))
     if trigger in ("add_generation_prompt", "continue_final_message"):
         out[trigger] = False
@@ -550,6 +580,8 @@ def owner_subject(owner: Iterable[str]) -> str:
             said.append(f"`{trigger}`")
         elif trigger == JSON_ARGUMENTS:
             said.append("tool-call `arguments` given as a JSON string")
+        elif trigger == REASONING_NAMES:
+            said.append("a message's reasoning under one of its names")
         elif trigger.startswith("role="):
             said.append(f"a `{trigger[len('role='):]}` message")
         else:

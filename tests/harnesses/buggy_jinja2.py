@@ -58,6 +58,8 @@ BUGS = {
     "join-ignores-separator": "|join(d) joins with nothing between the items",
     "lower-ascii-only": "|lower leaves letters outside ASCII as they were",
     "length-counts-bytes": "|length of a string counts its UTF-8 bytes, not its characters",
+    "reasoning-not-aliased": "a message's reasoning reaches the template only under the name the request used "
+                             "(R11 not applied)",
 }
 
 
@@ -170,6 +172,8 @@ def _plant(bugs: frozenset) -> None:
 
     if "null-keys-kept" in bugs:
         plain_jinja2.drop_nulls = lambda message: message
+    if "reasoning-not-aliased" in bugs:
+        plain_jinja2._alias = lambda message: message
     render = plain_jinja2.render
 
     def buggy(template, bos_token, eos_token, conversation):
