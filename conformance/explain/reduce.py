@@ -162,6 +162,8 @@ class Reduction:
                 return False
             if remember:
                 self.target = symptom   # the reference's side changed with the template: follow it
+        elif remember and symptom.status != self.target.status:
+            self.target = symptom   # the reference's own refusal left out (Symptom.keeps): the engine's alone now
         if remember:
             self.best = (request, pair, symptom)
         return True
@@ -317,6 +319,8 @@ class Reduction:
                 if minimal.keeps(symptom, self.target, self.best[1], rename, own=own):
                     if (rename is not None or own is not None) and symptom.status == Status.DIVERGED:
                         self.target = replace(self.target, edits=symptom.edits, first=symptom.first)
+                    elif symptom.status != self.target.status:
+                        self.target = symptom   # as in test(): the engine's refusal alone now
                     self.best = (candidate, pair, symptom)
                     return offset + index
         return None

@@ -62,7 +62,14 @@ class Symptom:
 
     def keeps(self, target: "Symptom") -> bool:
         """Whether this (a candidate's) symptom is the `target`'s difference, in the same way."""
-        if self.status != target.status or not self.differs:
+        if not self.differs:
+            return False
+        if self.status != target.status and not (
+                # The engine refusing where the reference refuses too, for a reason of its own (raised-
+                # differently), is the engine's refusal: a candidate where the reference now renders and the
+                # engine still refuses so has left out only what made the reference refuse (the template's own
+                # check further on), a second difference the reduction goes past.
+                target.status == Status.RAISED_DIFFERENTLY and self.status == Status.ENGINE_RAISED):
             return False
         if self.status == Status.DIVERGED:
             if target.first:
