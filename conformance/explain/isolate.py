@@ -10,7 +10,8 @@ For each site of a culprit that takes values (a filter, a test, a method, `loop.
 iterates; `.items()` too, a carrier that reorders), the reference renders the reproducer once more with one
 output added just before the site's tag, in its scope, printing what reaches the site as JSON: the value it is
 applied to and its arguments that are not literals. Each value seen (at most MAX_VALUES) is then given to the
-site alone, `{{ x[0]|f(x[1]) }}`, on both sides. The construct is a culprit when, alone, it shows the
+site alone, `{{ x[0]|f(x[1]) }}`, on both sides (`x` as the request's data, or, for an engine whose request
+layer passes no variables of the caller's, set from a literal in the template). The construct is a culprit when, alone, it shows the
 reproducer's kind of difference: the same refusal, or different output of the same difference class
 (cluster.difference_class); a test or a loop attribute is a culprit when, alone, it answers differently (what
 its answer makes the template print is the template's). The values go in one list (kwargs `x`), so an engine
@@ -316,8 +317,14 @@ def isolate(jobs: list, reference, engine, stats=None) -> None:
                                  add_generation_prompt=conversation.add_generation_prompt,
                                  continue_final_message=conversation.continue_final_message,
                                  kwargs={"x": value}, now=conversation.now)
-            for template in (site.alone, CONTROL):
-                alone.append(RenderRequest(template, given, job.request.bos_token, job.request.eos_token,
+            plain = Conversation(messages=given.messages, add_generation_prompt=given.add_generation_prompt,
+                                 continue_final_message=given.continue_final_message, now=given.now)
+            # `x` as the request's data, and written into the template as a literal: an engine whose request
+            # layer passes no variables of the caller's (TGI, mistral.rs) still evaluates a literal
+            written = "{% set x = " + literal(value) + " %}"
+            for template, conv in ((site.alone, given), (CONTROL, given), (written + site.alone, plain),
+                                   (written + CONTROL, plain)):
+                alone.append(RenderRequest(template, conv, job.request.bos_token, job.request.eos_token,
                                            job.request.template_id, job.request.case_id))
             alone_owners.append((index, site, "." * len(value)))
     pairs = render_pairs(reference, engine, alone, stats)
@@ -325,12 +332,29 @@ def isolate(jobs: list, reference, engine, stats=None) -> None:
         job = jobs[index]
         if job.shown is None:
             job.shown = set()
-        pair, control = pairs[2 * number], pairs[2 * number + 1]
-        # the control: the engine was given `x` as the reference was (every item), else the site alone says nothing
-        if not all(outcome.kind == "rendered" and outcome.text == dots for outcome in control):
-            continue
-        if _same_kind(job.symptom, job.reference, job.engine, pair, site.test):
-            job.shown.add(site.name)
+        # the control: the engine was given `x` as the reference was (every item), else the site alone says
+        # nothing; the data route first, the literal where the engine did not take the data
+        for pair, control in ((pairs[4 * number], pairs[4 * number + 1]),
+                              (pairs[4 * number + 2], pairs[4 * number + 3])):
+            if all(outcome.kind == "rendered" and outcome.text == dots for outcome in control):
+                if _same_kind(job.symptom, job.reference, job.engine, pair, site.test):
+                    job.shown.add(site.name)
+                break
+
+
+def literal(value) -> str:
+    """A JSON value (what a capture printed) as a Jinja literal that every engine reads back as that value."""
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return json.dumps(value)
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(item) for item in value) + "]"
+    return "{" + ", ".join(f"{literal(str(key))}: {literal(item)}" for key, item in value.items()) + "}"
 
 
 def narrowed(constructs: list, shown: Optional[set]) -> list:

@@ -58,6 +58,7 @@ BUGS = {
     "join-ignores-separator": "|join(d) joins with nothing between the items",
     "lower-ascii-only": "|lower leaves letters outside ASCII as they were",
     "length-counts-bytes": "|length of a string counts its UTF-8 bytes, not its characters",
+    "no-caller-variables": "the request layer passes the template none of the caller's own variables (kwargs)",
     "reasoning-not-aliased": "a message's reasoning reaches the template only under the name the request used "
                              "(R11 not applied)",
 }
@@ -183,6 +184,8 @@ def _plant(bugs: frozenset) -> None:
         messages = conversation.get("messages") or []
         if "eos-token-unbound" in bugs:
             eos_token = None
+        if "no-caller-variables" in bugs:
+            conversation["kwargs"] = {}
         if "empty-tools-as-none" in bugs and conversation.get("tools") == []:
             conversation["tools"] = None
         if bugs & {"tool-arguments-parsed", "developer-as-system"} and all(isinstance(m, dict) for m in messages):
