@@ -329,16 +329,15 @@ def _string_for_index(template: str) -> tuple:
 
 REWRITES = (
     Rewrite("get-subscript", "`x.get(k, d)` spelled `(x[k] if k in x else d)`",
-            ("tgi:c-a3eb7a9dad", "tgi:c-80744ccabe", "tgi:c-89f7610055", "tgi:c-5dbadbda4d",
-             "mistralrs:c-0cc4d0b23c", "mistralrs:c-2aa0b006f5", "mistralrs:c-ad10fd6447",
-             "mistralrs:c-c99060887a"), _get_subscript),
+            ("tgi:c-a3eb7a9dad", "tgi:c-89f7610055", "mistralrs:c-0cc4d0b23c", "mistralrs:c-2aa0b006f5",
+             "mistralrs-server:c-0cc4d0b23c"), _get_subscript),
     Rewrite("tojson-ensure-ascii", "`|tojson(ensure_ascii=False)` spelled `|tojson` (the reference never escapes "
             "to ASCII in `tojson`)",
             ("minijinja:c-56d7b3763b",), _tojson_ensure_ascii),
     Rewrite("iterable-not-none", "`x is iterable` spelled `(x is iterable and x is not none)` (none is iterable in "
             "MiniJinja, not in jinja2)",
-            ("minijinja:c-c7e0a60672", "minijinja:c-2958e4a0e2", "tgi:c-8f6c61ce4d",
-             "mistralrs:c-b51d97d739", "mistralrs-server:c-b51d97d739", "ferrox:c-ef6c32820d",
+            ("minijinja:c-c7e0a60672", "minijinja:c-2958e4a0e2", "tgi:c-c7e0a60672",
+             "mistralrs:c-b2e4a16d26", "mistralrs-server:c-b2e4a16d26", "ferrox:c-ef6c32820d",
              "ferrox:c-2958e4a0e2"), _iterable_not_none),
     Rewrite("digit-subscript", "`x.0.y` spelled `x[0].y` (MiniJinja's lexer reads `.0.` as a float)",
             ("tgi:c-dbf62c46d1", "mistralrs:c-dbf62c46d1", "mistralrs-server:c-dbf62c46d1"), _digit_subscript),
