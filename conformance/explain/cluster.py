@@ -625,6 +625,11 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         # it names: MiniJinja's `tojson` rejects `ensure_ascii=`, `separators=` and `sort_keys=` alike (it
         # takes only `indent`), checked by rendering each. With no construct, the quoted name is the identity.
         kind = "refuses|" + (_QUOTED.sub("'…'", symptom.refusal) if found else symptom.refusal)
+    elif symptom.status == Status.ENGINE_RENDERED and ignores_template:
+        # an engine that never runs the template never runs its checks either: which check the reference's
+        # refusal comes from is the template's, and printing its own format there is the same behaviour as
+        # printing it where the template renders (below)
+        kind = "diverges"
     elif symptom.status == Status.ENGINE_RENDERED:
         # the reference's message may quote the case's data (`raise_exception('... ' + arguments)`): one
         # message of the template's whatever data it quotes
