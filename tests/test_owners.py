@@ -11,7 +11,7 @@ from runners.base import Conversation, RenderRequest
 from planted_support import differing
 
 PLANTED = ("developer-as-system", "continue-rebuilt", "tojson-sorts-keys", "null-keys-kept", "tool-arguments-parsed",
-           "reasoning-not-aliased")
+           "reasoning-not-aliased", "null-tools-unbound", "no-lstrip-blocks")
 
 
 def _request(template: str, messages: list, **flags) -> RenderRequest:
@@ -111,3 +111,26 @@ def test_reasoning_under_one_name_is_one_cause_however_the_template_reads_it(pla
     assert cluster.ablate(case, named)["messages"][0] == \
         {"thinking": "r", "role": "assistant", "reasoning": "r", "reasoning_content": "r", "content": None}
     assert named not in cluster.ownable({"messages": [{"role": "user", "content": "x"}]})
+
+
+def test_a_field_left_unbound_is_one_cause_however_the_template_looks_at_it(planted):
+    """R7: the reference binds `tools` as none when the request has none. An engine that leaves it unbound
+    differs through `is defined`, `is not none` (with or without a `{% set %}` block carrying the text) and
+    printing it: bound again in the template as the reference binds it, each matches, so the missing binding
+    owns them all (mistral.rs' and llama.cpp's baselines had three and four causes of it)."""
+    plain = [{"role": "user", "content": "hi"}]
+    owners = _owners(planted, {
+        "is-defined": _request("{% if tools is defined %}x{% endif %}", plain),
+        "is-not-none": _request("{% if tools is not none %}t{% endif %}", plain),
+        "set-block": _request("{% set f %}Y{% endset %}{% if tools is not none %}{{ f }}{% endif %}", plain),
+        "printed": _request("[{{ tools }}]", plain),
+        # a template bug met where there are no tools is not the binding's
+        "tojson-without-tools": _request("{% if not tools %}{{ {'b': 1, 'a': 2} | tojson }}{% endif %}", plain),
+    })
+    assert owners == {"is-defined": ("tools=unbound",), "is-not-none": ("tools=unbound",),
+                      "set-block": ("tools=unbound",), "printed": ("tools=unbound",), "tojson-without-tools": ()}
+    # the rebinding reaches none of the template's own bytes: the indent before a block tag, which the engine
+    # prints (no lstrip_blocks), stays where it was (a `{%- ... -%}` prefix stripped it and owned the difference)
+    owners = _owners(planted, {"indented": _request("  {% if true %}x{% endif %}", plain)})
+    assert owners == {"indented": ()}
+    assert "documents=unbound" in cluster.ownable({"messages": [], "tools": [], "documents": None})

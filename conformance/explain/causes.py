@@ -639,7 +639,8 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
     """Each reproducer whose data holds a trigger an engine's request layer may handle on its own
     (cluster.ownable: a flag set, an uncommon role, a null) is rendered again without each such trigger
     (cluster.ablate), both sides, in one batch; the triggers whose removal leaves no difference at all own it
-    (Found.owner), and it is keyed by them (cluster.cause_key). A 1-minimal reproducer needs its trigger to show
+    (Found.owner), and it is keyed by them (cluster.cause_key); a field the request has as none is taken out by
+    binding it in the template as the reference does (cluster.rebound). A 1-minimal reproducer needs its trigger to show
     its own difference, but another difference may show without it: then the trigger does not own it.
     Taking out data the template itself looks at (a role it compares, a null it tests) may also take away what
     the template does with it, so that counts only for a reproducer with no construct of its own (one that only
@@ -648,21 +649,36 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
     it (cluster.stand_ins: a role as a usual one, a null as ""), the reference alone rendering: the reference
     printing exactly what the engine printed owns the difference too. A refusal is the engine's own, never its
     request layer's."""
-    batch, owners, stand_in, stand_in_owners = [], [], [], []
+    batch, owners, stand_in, stand_in_owners, controls, control_owners = [], [], [], [], [], []
     for key, repro in found.items():
         if repro.ignores_template or repro.symptom.status not in (Status.DIVERGED, Status.ENGINE_RENDERED):
             continue
         case = repro.request.conversation.to_dict()
         bare = not cluster.culprits(cluster.constructs_of(repro.request.template))
         for trigger in cluster.ownable(case):
-            batch.append(_with_case(repro.request, cluster.ablate(case, trigger)))
-            owners.append((key, trigger, bare or trigger in cluster.UNSEEN_BY_TEMPLATES))
+            ablated = _with_case(repro.request, cluster.ablate(case, trigger))
+            if trigger.endswith(cluster.UNBOUND):
+                ablated = _with_template(ablated, cluster.rebound(ablated.template, trigger))
+                # the same prefix binding a name no template reads: an engine that keys templates by their
+                # text (a built-in format for known bytes) answers otherwise, and the rebinding then says nothing
+                controls.append(_with_template(repro.request, cluster.rebound(repro.request.template,
+                                                                              cluster.CONTROL_NAME + cluster.UNBOUND)))
+                control_owners.append((key, trigger))
+            batch.append(ablated)
+            # rebinding a field changes the template: only the reference answering as before makes it sound
+            owners.append((key, trigger, (bare or trigger in cluster.UNSEEN_BY_TEMPLATES)
+                           and not trigger.endswith(cluster.UNBOUND)))
             if isinstance(repro.engine, Rendered):
                 for variant in cluster.stand_ins(case, trigger):
                     stand_in.append(_with_case(repro.request, variant))
                     stand_in_owners.append((key, trigger))
     owned: dict = {}
-    for (key, trigger, sound), pair in zip(owners, render_pairs(reference, engine, batch, stats)):
+    pairs = render_pairs(reference, engine, batch + controls, stats)
+    blind = {owner for owner, (ref, eng) in zip(control_owners, pairs[len(batch):])
+             if _answer(ref) != _answer(found[owner[0]].reference) or _answer(eng) != _answer(found[owner[0]].engine)}
+    for (key, trigger, sound), pair in zip(owners, pairs[:len(batch)]):
+        if (key, trigger) in blind:
+            continue
         if _answered(pair) and not _differs(pair) and (sound or _answer(pair[0]) == _answer(found[key].reference)):
             owned.setdefault(key, set()).add(trigger)
     if stand_in:
@@ -671,6 +687,11 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
                 owned.setdefault(key, set()).add(trigger)
     for key, triggers in owned.items():
         found[key].owner = tuple(sorted(triggers))
+
+
+def _with_template(request: RenderRequest, template: str) -> RenderRequest:
+    return RenderRequest(template, request.conversation, request.bos_token, request.eos_token, request.template_id,
+                         request.case_id)
 
 
 def _with_case(request: RenderRequest, case: dict) -> RenderRequest:

@@ -497,14 +497,34 @@ def _aliased(case: dict) -> Optional[dict]:
     return out if changed else None
 
 
+# Request fields the reference always binds, as none when the request has none (SEMANTICS.md R7, R8); an engine's
+# request layer may leave them unbound instead. Taken out by binding them in the template as the reference does.
+NULL_FIELDS = ("tools", "documents")
+UNBOUND = "=unbound"
+CONTROL_NAME = "_chatgold_unread"   # bound by the control of a rebinding (causes.find_owners)
+
+
+def unbound_fields(case: Optional[dict]) -> list:
+    """The `NAME=unbound` triggers of a case: each of NULL_FIELDS the request has as none."""
+    return [name + UNBOUND for name in NULL_FIELDS if case and name in case and case[name] is None]
+
+
+def rebound(template: str, trigger: str) -> str:
+    """The template with the field bound first as the reference binds it (none): an engine that left it
+    unbound then sees what the reference sees, and the reference's answer cannot change. No whitespace control,
+    and a print after the tag, so no engine's block-whitespace rule reaches the template's own first bytes."""
+    return "{% set " + trigger[:-len(UNBOUND)] + " = none %}{{ '' }}" + template
+
+
 def ownable(case: Optional[dict]) -> list:
     """The triggers of a reproducer's data (triggers) that can be taken out of it to see whether they own its
     difference: a flag set, an uncommon role, a null, tool-call arguments as a JSON string, a message's
-    reasoning under one name. A boolean is a value the template reads, not data an engine's request layer
+    reasoning under one name, a field the request has as none (which an engine may leave unbound). A boolean is a value the template reads, not data an engine's request layer
     handles on its own."""
     found = [t for t in triggers(case) if not t.endswith(("=true", "=false"))]
     found += [JSON_ARGUMENTS] if case and _parsed_arguments(case) is not None else []
-    return found + ([REASONING_NAMES] if case and _aliased(case) is not None else [])
+    found += [REASONING_NAMES] if case and _aliased(case) is not None else []
+    return found + unbound_fields(case)
 
 
 def ablate(case: dict, trigger: str) -> dict:
@@ -515,6 +535,8 @@ def ablate(case: dict, trigger: str) -> dict:
         return _parsed_arguments(case) or case
     if trigger == REASONING_NAMES:
         return _aliased(case) or case
+    if trigger.endswith(UNBOUND):
+        return case   # the template binds it (rebound), the case stays
     out = json.loads(json.dumps(case))
     if trigger in ("add_generation_prompt", "continue_final_message"):
         out[trigger] = False
@@ -582,6 +604,9 @@ def owner_subject(owner: Iterable[str]) -> str:
             said.append("tool-call `arguments` given as a JSON string")
         elif trigger == REASONING_NAMES:
             said.append("a message's reasoning under one of its names")
+        elif trigger.endswith(UNBOUND):
+            name = trigger[:-len(UNBOUND)]
+            said.append(f"`{name}` unbound when the request has none")
         elif trigger.startswith("role="):
             said.append(f"a `{trigger[len('role='):]}` message")
         else:

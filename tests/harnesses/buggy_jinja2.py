@@ -59,6 +59,7 @@ BUGS = {
     "lower-ascii-only": "|lower leaves letters outside ASCII as they were",
     "length-counts-bytes": "|length of a string counts its UTF-8 bytes, not its characters",
     "no-caller-variables": "the request layer passes the template none of the caller's own variables (kwargs)",
+    "null-tools-unbound": "a request without tools leaves `tools` unbound instead of binding none (R7 not applied)",
     "reasoning-not-aliased": "a message's reasoning reaches the template only under the name the request used "
                              "(R11 not applied)",
 }
@@ -175,6 +176,19 @@ def _plant(bugs: frozenset) -> None:
         plain_jinja2.drop_nulls = lambda message: message
     if "reasoning-not-aliased" in bugs:
         plain_jinja2._alias = lambda message: message
+    if "null-tools-unbound" in bugs:
+        compile_template = plain_jinja2.compile_template
+
+        class Unbinding:
+            def __init__(self, template):
+                self.template = template
+
+            def render(self, variables):
+                if variables.get("tools") is None:
+                    variables = {k: v for k, v in variables.items() if k != "tools"}
+                return self.template.render(variables)
+
+        plain_jinja2.compile_template = lambda source: Unbinding(compile_template(source))
     render = plain_jinja2.render
 
     def buggy(template, bos_token, eos_token, conversation):
