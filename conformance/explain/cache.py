@@ -24,8 +24,8 @@ from conformance.files import ENCODING_ERRORS, atomic_write
 # difference does not need them. 6: the "ignores the template" probe renders a plain-text template, not an empty
 # one (llama.cpp puts ChatML in place of an empty template). 15: an engine that ignores the template is shown the
 # smallest template on which the reference differs from it (the whole template was kept). 16: a refusal where the
-# reference refuses too is reduced past the reference's own refusal (signature.Symptom.keeps), and a message's
-# reasoning under one name owns a difference.
+# reference refuses too is reduced past the reference's own refusal (signature.Symptom.keeps); a message's
+# reasoning under one name, and a field left unbound, own a difference.
 REDUCER_VERSION = 16
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks
