@@ -2,7 +2,8 @@
 none of the caller's variables, as TGI's and mistral.rs's chat routes do: the site alone cannot be given its
 value as the request's data there, so it is written into the template as a literal. Before, such an engine
 had no culprit isolated, and one `.get()` refusal reached directly, through `|default` or through a macro was
-four causes of mistral.rs and three of TGI."""
+four causes of mistral.rs and three of TGI. A value that reaches the site undefined is captured as a mark and
+written as an unbound name (TGI's `content|default('', true)`, refused, was two causes)."""
 from __future__ import annotations
 
 import json
@@ -21,6 +22,10 @@ def test_an_engine_binding_no_caller_variables_still_has_its_culprit_isolated(pl
         # `|trim` only carries what the buggy `.get(k, d)` returned
         "get-then-trim": ("{{ messages[0].get('name', '<x>')|trim }}", [{"role": "user", "content": "hi"}],
                           ["method:get"]),
+        # a value reaching the site that is undefined (a name the template never bound): written as an unbound
+        # name, which only the literal route can carry
+        "get-undefined-default": ("{{ messages[0].get('name', missing)|trim }}", [{"role": "user", "content": "hi"}],
+                                  ["method:get"]),
         # the macro only carries the content to the buggy `|trim`
         "trim-in-macro": ("{% macro m(v) %}{{ v|trim }}{% endmacro %}{{ m(messages[0].content) }}",
                           [{"role": "user", "content": "\n"}], ["filter:trim"]),

@@ -329,8 +329,7 @@ def _string_for_index(template: str) -> tuple:
 
 REWRITES = (
     Rewrite("get-subscript", "`x.get(k, d)` spelled `(x[k] if k in x else d)`",
-            ("tgi:c-a3eb7a9dad", "tgi:c-89f7610055", "mistralrs:c-0cc4d0b23c", "mistralrs:c-2aa0b006f5",
-             "mistralrs-server:c-0cc4d0b23c"), _get_subscript),
+            ("tgi:c-a3eb7a9dad", "mistralrs:c-0cc4d0b23c", "mistralrs-server:c-0cc4d0b23c"), _get_subscript),
     Rewrite("tojson-ensure-ascii", "`|tojson(ensure_ascii=False)` spelled `|tojson` (the reference never escapes "
             "to ASCII in `tojson`)",
             ("minijinja:c-56d7b3763b",), _tojson_ensure_ascii),
@@ -362,7 +361,7 @@ REWRITES = (
             "the content is a string (its characters, as jinja2 walks it), over the content as before otherwise",
             ("hfjs:c-3b08bf566c",), _string_for_index),
     Rewrite("default-true", "`x|default(d, true)` spelled `(x if x else d)` (TGI's MiniJinja takes one argument)",
-            ("tgi:c-7a84c4d907", "tgi:c-20bc5c39da"), _default_true),
+            ("tgi:c-7a84c4d907",), _default_true),
 )
 
 

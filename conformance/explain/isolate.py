@@ -46,6 +46,10 @@ from conformance.judge.status import Status
 from runners.base import Conversation, RenderRequest
 
 OPEN, SEP, CLOSE = "\ue004", "\ue005", "\ue006"
+# A captured value that is undefined (a name the template never bound) prints as this; the site alone then reads
+# an unbound name in its place (UNBOUND_NAME), which only the literal route can write.
+UNDEFINED = "\ue007"
+UNBOUND_NAME = "_chatgold_undefined"
 _CAPTURED = re.compile(OPEN + r"(\d+)" + SEP + "(.*?)" + CLOSE, re.S)
 MAX_SITES = 8     # sites captured per reproducer (one reference render each)
 MAX_VALUES = 3    # distinct values tried per site (two renders per side each: the site alone, the control)
@@ -103,8 +107,11 @@ def _site(node, name: str) -> Optional[Site]:
         alone = nodes.Call(nodes.Getattr(x0, node.node.attr, "load"), args, kwargs, None, None)
     else:
         alone = type(node)(x0, node.name, args, kwargs, None, None)
+    # each value as itself, or the mark when it is undefined (tojson refuses an undefined value)
+    marked = [nodes.CondExpr(nodes.Test(value, "defined", [], [], None, None), value, nodes.Const(UNDEFINED))
+              for value in captured]
     try:
-        capture = PRINTER.expr(nodes.List(captured))
+        capture = PRINTER.expr(nodes.List(marked))
         text = PRINTER.expr(alone)
     except Exception:  # a node the printer does not take: not isolated
         return None
@@ -320,9 +327,12 @@ def isolate(jobs: list, reference, engine, stats=None) -> None:
             plain = Conversation(messages=given.messages, add_generation_prompt=given.add_generation_prompt,
                                  continue_final_message=given.continue_final_message, now=given.now)
             # `x` as the request's data, and written into the template as a literal: an engine whose request
-            # layer passes no variables of the caller's (TGI, mistral.rs) still evaluates a literal
-            written = "{% set x = " + literal(value) + " %}"
-            for template, conv in ((site.alone, given), (CONTROL, given), (written + site.alone, plain),
+            # layer passes no variables of the caller's (TGI, mistral.rs) still evaluates a literal. An undefined
+            # value has no data form: its data route is given a control that cannot pass.
+            written = "{% set x = [" + ", ".join(UNBOUND_NAME if item == UNDEFINED else literal(item)
+                                                   for item in value) + "] %}"
+            data_control = CONTROL if UNDEFINED not in value else ""
+            for template, conv in ((site.alone, given), (data_control, given), (written + site.alone, plain),
                                    (written + CONTROL, plain)):
                 alone.append(RenderRequest(template, conv, job.request.bos_token, job.request.eos_token,
                                            job.request.template_id, job.request.case_id))
