@@ -220,10 +220,7 @@ def _continue_flag(template: str) -> tuple:
         return template, 0
     # insertions at one place go in the order they were made (`{% endif %}{% endfor %}`: the guard opens, then
     # closes)
-    order = sorted(range(len(edits)), key=lambda n: (edits[n][0], edits[n][1], n), reverse=True)
-    for at, end, replacement in (edits[n] for n in order):
-        template = template[:at] + replacement + template[end:]
-    return template, sum(1 for e in edits if "set _cg_skip = true" in e[2])
+    return _applied(template, edits), sum(1 for e in edits if "set _cg_skip = true" in e[2])
 
 
 def _break_flag(template: str) -> tuple:
@@ -289,10 +286,7 @@ def _break_flag(template: str) -> tuple:
     if stack:
         return template, 0
     # insertions at one place go in the order they were made (a guard opened before the next one closes)
-    order = sorted(range(len(edits)), key=lambda n: (edits[n][0], edits[n][1], n), reverse=True)
-    for at, end, replacement in (edits[n] for n in order):
-        template = template[:at] + replacement + template[end:]
-    return template, sum(1 for e in edits if ".on = true" in e[2])
+    return _applied(template, edits), sum(1 for e in edits if ".on = true" in e[2])
 
 
 _CONTENT_LOOP = re.compile(rf"\s*([A-Za-z_]\w*)\s+in\s+"
@@ -325,6 +319,15 @@ def _string_for_index(template: str) -> tuple:
     for at, end, replacement in reversed(edits):
         template = template[:at] + replacement + template[end:]
     return template, len(edits)
+
+
+def _applied(template: str, edits: list) -> str:
+    """The template with (start, end, replacement) edits made from the last place back; edits at one place keep
+    the order they were listed in."""
+    order = sorted(range(len(edits)), key=lambda n: (edits[n][0], edits[n][1], n), reverse=True)
+    for at, end, replacement in (edits[n] for n in order):
+        template = template[:at] + replacement + template[end:]
+    return template
 
 
 REWRITES = (
