@@ -640,8 +640,9 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
     (cluster.ownable: a flag set, an uncommon role, a null) is rendered again without each such trigger
     (cluster.ablate), both sides, in one batch; the triggers whose removal leaves no difference at all own it
     (Found.owner), and it is keyed by them (cluster.cause_key); a field the request has as none is taken out by
-    binding it in the template as the reference does (cluster.rebound). A 1-minimal reproducer needs its trigger to show
-    its own difference, but another difference may show without it: then the trigger does not own it.
+    binding it in the template as the reference does (cluster.rebound). A 1-minimal reproducer needs its
+    trigger to show its own difference, but another difference may show without it: then the trigger does not
+    own it.
     Taking out data the template itself looks at (a role it compares, a null it tests) may also take away what
     the template does with it, so that counts only for a reproducer with no construct of its own (one that only
     prints data) or one whose reference answer stays the same without it (the reference drops a null key
@@ -675,7 +676,7 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
     owned: dict = {}
     pairs = render_pairs(reference, engine, batch + controls, stats)
     blind = {owner for owner, (ref, eng) in zip(control_owners, pairs[len(batch):])
-             if _answer(ref) != _answer(found[owner[0]].reference) or _answer(eng) != _answer(found[owner[0]].engine)}
+             if (_answer(ref), _answer(eng)) != (_answer(found[owner[0]].reference), _answer(found[owner[0]].engine))}
     for (key, trigger, sound), pair in zip(owners, pairs[:len(batch)]):
         if (key, trigger) in blind:
             continue

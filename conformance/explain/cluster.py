@@ -519,8 +519,8 @@ def rebound(template: str, trigger: str) -> str:
 def ownable(case: Optional[dict]) -> list:
     """The triggers of a reproducer's data (triggers) that can be taken out of it to see whether they own its
     difference: a flag set, an uncommon role, a null, tool-call arguments as a JSON string, a message's
-    reasoning under one name, a field the request has as none (which an engine may leave unbound). A boolean is a value the template reads, not data an engine's request layer
-    handles on its own."""
+    reasoning under one name, a field the request has as none (which an engine may leave unbound). A boolean is
+    a value the template reads, not data an engine's request layer handles on its own."""
     found = [t for t in triggers(case) if not t.endswith(("=true", "=false"))]
     found += [JSON_ARGUMENTS] if case and _parsed_arguments(case) is not None else []
     found += [REASONING_NAMES] if case and _aliased(case) is not None else []

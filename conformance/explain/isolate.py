@@ -11,12 +11,12 @@ iterates; `.items()` too, a carrier that reorders), the reference renders the re
 output added just before the site's tag, in its scope, printing what reaches the site as JSON: the value it is
 applied to and its arguments that are not literals. Each value seen (at most MAX_VALUES) is then given to the
 site alone, `{{ x[0]|f(x[1]) }}`, on both sides (`x` as the request's data, or, for an engine whose request
-layer passes no variables of the caller's, set from a literal in the template). The construct is a culprit when, alone, it shows the
-reproducer's kind of difference: the same refusal, or different output of the same difference class
-(cluster.difference_class); a test or a loop attribute is a culprit when, alone, it answers differently (what
-its answer makes the template print is the template's). The values go in one list (kwargs `x`), so an engine
-that drops null keys cannot change them, and a control render checks the engine binds that list as the
-reference does.
+layer passes no variables of the caller's, set from a literal in the template). The construct is a culprit
+when, alone, it shows the reproducer's kind of difference: the same refusal, or different output of the same
+difference class (cluster.difference_class); a test or a loop attribute is a culprit when, alone, it answers
+differently (what its answer makes the template print is the template's). The values go in one list (kwargs
+`x`), so an engine that drops null keys cannot change them, and a control render checks the engine binds that
+list as the reference does.
 
 When some site shows it, the reproducer is keyed and titled by those constructs only (narrowed); the others
 carried the value. When none does, every culprit stays: isolation never merges what rendering did not show.
@@ -52,7 +52,8 @@ UNDEFINED = "\ue007"
 UNBOUND_NAME = "_chatgold_undefined"
 _CAPTURED = re.compile(OPEN + r"(\d+)" + SEP + "(.*?)" + CLOSE, re.S)
 MAX_SITES = 8     # sites captured per reproducer (one reference render each)
-MAX_VALUES = 3    # distinct values tried per site (two renders per side each: the site alone, the control)
+MAX_VALUES = 3    # distinct values tried per site (four renders per side each: the site alone and its control,
+                  # with `x` as data and as a literal)
 # Prints a dot per item of `x`: an engine that does not bind kwargs as the reference does fails it, and its
 # site alone is then no evidence (a test on an unbound `x` answers otherwise for that reason alone).
 CONTROL = "{% for i in x %}.{% endfor %}"
