@@ -229,3 +229,27 @@ def test_an_engine_that_ignores_the_template_gets_a_one_line_reproducer(referenc
         # The whole template is not 1-minimal for it: a template step keeps the difference.
         whole = is_one_minimal({**_as_repro(refused), "template": CHECKING}, engine, reference)
         assert not whole and any(SHRINKS[name][0] == "template" for name, _, _ in whole.kept)
+
+
+def test_an_engine_keying_templates_by_their_text_is_keyed_by_its_own_refusal(reference):
+    """paperkiln evaluates no template: it finds a record by the sha256 of the template's exact text, so its
+    reducer reduces only the case, and the template's constructs play no part in its refusal. The same record
+    rule refused under two templates it knows is one cause (keyed as an ignored template's), not one per
+    template titled by that template's `|tojson` or `|trim` (seven of its causes were such pairs)."""
+    from conformance.explain import cluster
+
+    stored = {c["repro"]["template"] for c in _causes("paperkiln")}
+    assert len(stored) == 2   # Gemma 3's and Qwen2.5's, the two known texts the causes need
+    keys = set()
+    with get_runner("paperkiln", workers=1) as engine:
+        for template in sorted(stored):
+            found = _reduce(template, [{"role": "assistant", "content": "Hi"}], engine, reference)
+            assert found.ignores_template and found.template == template
+            assert "message 0 is assistant" in found.engine.message
+            keys.add(cluster.cause_key(found.symptom, cluster.constructs_of(found.template), found.reference,
+                                       found.engine, found.ignores_template))
+            assert cluster.title(found.symptom, cluster.constructs_of(found.template), found.reference,
+                                 found.engine, found.ignores_template).startswith("the engine ignores the template")
+    assert len(keys) == 1
+    refusals = [c["repro"]["engine"]["message"] for c in _causes("paperkiln")]
+    assert len(set(refusals)) == len(refusals), "two causes of one paperkiln refusal"

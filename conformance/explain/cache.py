@@ -25,7 +25,8 @@ from conformance.files import ENCODING_ERRORS, atomic_write
 # one (llama.cpp puts ChatML in place of an empty template). 15: an engine that ignores the template is shown the
 # smallest template on which the reference differs from it (the whole template was kept). 16: a refusal where the
 # reference refuses too is reduced past the reference's own refusal (signature.Symptom.keeps); a message's
-# reasoning under one name, and a field left unbound, own a difference.
+# reasoning under one name, and a field left unbound, own a difference; an engine keying templates by their text
+# is keyed as one that ignores the template.
 REDUCER_VERSION = 16
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks

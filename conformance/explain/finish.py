@@ -72,7 +72,8 @@ def finish_one(cause: KnownCause, engine, reference, template: bool = True, conf
     if symptom is None or not symptom.differs:
         done.kept_because = "the finished reproducer did not differ when rendered again"
         return done
-    ignores = _answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref)
+    # data steps only (`template=False`): the engine never evaluates the template (it keys it by its text)
+    ignores = not template or (_answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref))
     found = Found(requests[0], ref, eng, symptom, 0, True, ignores_template=ignores)
     find_owners({cause.id: found}, reference, confirm or engine)
     # keyed by the culprit a reproducer with several shows alone (isolate.py), rendered on the engine itself

@@ -58,7 +58,8 @@ class Found:
     renders: int
     complete: bool           # False when the budget ran out before the passes settled
     phases: dict = field(default_factory=dict)
-    ignores_template: bool = False  # the engine renders this case the same with a plain-text template
+    ignores_template: bool = False  # the engine renders this case the same with a plain-text template, or keys
+    #                                  templates by their exact text (it evaluates none of either)
     owner: tuple = ()        # the data triggers that own the difference (causes.own_differences)
 
     @property
@@ -232,6 +233,9 @@ class Reduction:
                 # An engine that ignores the template is still shown the smallest template on which the
                 # reference differs from it (minimal.keeps: its own output held, the reference's followed).
                 self.reduce_template = yield from self.template_sensitive(tpl.source_of(tree), conversation)
+                # An engine that keys templates by their exact text evaluates none of it: the template's
+                # constructs are no part of its difference, which is keyed as an ignored template's is.
+                self.ignores_template = self.ignores_template or not self.reduce_template
             if self.reduce_template:
                 self.phase = "hint"
                 tree, settled = yield from self.apply_hints(tree, conversation)
