@@ -29,7 +29,7 @@ import shutil
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
@@ -659,11 +659,11 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
         for trigger in cluster.ownable(case):
             ablated = _with_case(repro.request, cluster.ablate(case, trigger))
             if trigger.endswith(cluster.UNBOUND):
-                ablated = _with_template(ablated, cluster.rebound(ablated.template, trigger))
+                ablated = replace(ablated, template=cluster.rebound(ablated.template, trigger))
                 # the same prefix binding a name no template reads: an engine that keys templates by their
                 # text (a built-in format for known bytes) answers otherwise, and the rebinding then says nothing
-                controls.append(_with_template(repro.request, cluster.rebound(repro.request.template,
-                                                                              cluster.CONTROL_NAME + cluster.UNBOUND)))
+                controls.append(replace(repro.request, template=cluster.rebound(
+                    repro.request.template, cluster.CONTROL_NAME + cluster.UNBOUND)))
                 control_owners.append((key, trigger))
             batch.append(ablated)
             # rebinding a field changes the template: only the reference answering as before makes it sound
@@ -690,14 +690,8 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
         found[key].owner = tuple(sorted(triggers))
 
 
-def _with_template(request: RenderRequest, template: str) -> RenderRequest:
-    return RenderRequest(template, request.conversation, request.bos_token, request.eos_token, request.template_id,
-                         request.case_id)
-
-
 def _with_case(request: RenderRequest, case: dict) -> RenderRequest:
-    return RenderRequest(request.template, Conversation.from_dict(case), request.bos_token, request.eos_token,
-                         request.template_id, request.case_id)
+    return replace(request, conversation=Conversation.from_dict(case))
 
 
 def isolate_culprits(found: dict, reference, engine, stats=None) -> dict:

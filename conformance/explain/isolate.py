@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
 from jinja2 import nodes
@@ -52,8 +52,8 @@ UNDEFINED = "\ue007"
 UNBOUND_NAME = "_chatgold_undefined"
 _CAPTURED = re.compile(OPEN + r"(\d+)" + SEP + "(.*?)" + CLOSE, re.S)
 MAX_SITES = 8     # sites captured per reproducer (one reference render each)
-MAX_VALUES = 3    # distinct values tried per site (four renders per side each: the site alone and its control,
-                  # with `x` as data and as a literal)
+MAX_VALUES = 3    # distinct values tried per site (two renders per side each: the site alone, the control;
+                  # two more where `x` is then written as a literal)
 # Prints a dot per item of `x`: an engine that does not bind kwargs as the reference does fails it, and its
 # site alone is then no evidence (a test on an unbound `x` answers otherwise for that reason alone).
 CONTROL = "{% for i in x %}.{% endfor %}"
@@ -290,7 +290,8 @@ def candidates(constructs: list, ignores_template: bool = False) -> list:
 
 def isolate(jobs: list, reference, engine, stats=None) -> None:
     """Fill each job's `shown`: the constructs that alone show its kind of difference (see the module
-    docstring). Two batches: the captures on the reference, then every site alone on both sides."""
+    docstring). Batches: the captures on the reference, then every site alone on both sides (with `x` as data),
+    then, where the engine did not take the data, with `x` written as a literal."""
     probes, owners = [], []
     for index, job in enumerate(jobs):
         for number, site, source in sites(job.request.template, job.names):
@@ -303,7 +304,7 @@ def isolate(jobs: list, reference, engine, stats=None) -> None:
         captured = list(reference.render_many(probes))
     except Exception:  # a runner failure isolates nothing: every culprit stays
         return
-    alone, alone_owners = [], []   # each value's site alone, then its control
+    data, literal_route = [], []   # (job index, site, dots, the site alone, its control, conversation)
     for (index, number, site), outcome in zip(owners, captured):
         if outcome.kind != "rendered":
             continue
@@ -318,39 +319,51 @@ def isolate(jobs: list, reference, engine, stats=None) -> None:
                 continue
             if len(values) >= MAX_VALUES:
                 break
-        job = jobs[index]
-        conversation = job.request.conversation
+        conversation = jobs[index].request.conversation
         for value in values:
-            given = Conversation(messages=[{"role": "user", "content": "H"}],
+            plain = Conversation(messages=[{"role": "user", "content": "H"}],
                                  add_generation_prompt=conversation.add_generation_prompt,
-                                 continue_final_message=conversation.continue_final_message,
-                                 kwargs={"x": value}, now=conversation.now)
-            plain = Conversation(messages=given.messages, add_generation_prompt=given.add_generation_prompt,
-                                 continue_final_message=given.continue_final_message, now=given.now)
-            # `x` as the request's data, and written into the template as a literal: an engine whose request
-            # layer passes no variables of the caller's (TGI, mistral.rs) still evaluates a literal. An undefined
-            # value has no data form: its data route is given a control that cannot pass.
+                                 continue_final_message=conversation.continue_final_message, now=conversation.now)
+            # `x` as the request's data; else written into the template as a literal: an engine whose request
+            # layer passes no variables of the caller's (TGI, mistral.rs) still evaluates a literal, and an
+            # undefined value has no data form
             written = "{% set x = [" + ", ".join(UNBOUND_NAME if item == UNDEFINED else literal(item)
                                                    for item in value) + "] %}"
-            data_control = CONTROL if UNDEFINED not in value else ""
-            for template, conv in ((site.alone, given), (data_control, given), (written + site.alone, plain),
-                                   (written + CONTROL, plain)):
-                alone.append(RenderRequest(template, conv, job.request.bos_token, job.request.eos_token,
-                                           job.request.template_id, job.request.case_id))
-            alone_owners.append((index, site, "." * len(value)))
-    pairs = render_pairs(reference, engine, alone, stats)
-    for number, (index, site, dots) in enumerate(alone_owners):
+            fallback = (index, site, "." * len(value), written + site.alone, written + CONTROL, plain)
+            if UNDEFINED in value:
+                literal_route.append(fallback)
+            else:
+                data.append(((index, site, "." * len(value), site.alone, CONTROL, replace(plain, kwargs={"x": value})),
+                             fallback))
+    # the data route first; the literal only where the engine did not take the data
+    untaken = _shown_alone(jobs, [route for route, _ in data], reference, engine, stats)
+    _shown_alone(jobs, literal_route + [fallback for (route, fallback) in data if id(route) in untaken],
+                 reference, engine, stats)
+
+
+def _shown_alone(jobs: list, routes: list, reference, engine, stats) -> set:
+    """Render each route's site alone and its control on both sides; a site whose control shows the engine was
+    given `x` as the reference was (every item) and that alone shows the job's kind of difference is shown.
+    Returns the ids of the routes whose control failed (the site alone said nothing)."""
+    requests = []
+    for index, _, _, template, control, conversation in routes:
+        request = jobs[index].request
+        requests += [RenderRequest(source, conversation, request.bos_token, request.eos_token, request.template_id,
+                                   request.case_id) for source in (template, control)]
+    pairs = render_pairs(reference, engine, requests, stats) if requests else []
+    untaken = set()
+    for number, route in enumerate(routes):
+        index, site, dots = route[:3]
         job = jobs[index]
         if job.shown is None:
             job.shown = set()
-        # the control: the engine was given `x` as the reference was (every item), else the site alone says
-        # nothing; the data route first, the literal where the engine did not take the data
-        for pair, control in ((pairs[4 * number], pairs[4 * number + 1]),
-                              (pairs[4 * number + 2], pairs[4 * number + 3])):
-            if all(outcome.kind == "rendered" and outcome.text == dots for outcome in control):
-                if _same_kind(job.symptom, job.reference, job.engine, pair, site.test):
-                    job.shown.add(site.name)
-                break
+        pair, control = pairs[2 * number], pairs[2 * number + 1]
+        if not all(outcome.kind == "rendered" and outcome.text == dots for outcome in control):
+            untaken.add(id(route))
+            continue
+        if _same_kind(job.symptom, job.reference, job.engine, pair, site.test):
+            job.shown.add(site.name)
+    return untaken
 
 
 def literal(value) -> str:
