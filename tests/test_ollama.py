@@ -58,6 +58,49 @@ def test_bounded_distance_is_levenshtein_below_the_cut():
         assert selection.bounded_distance(a, b, cut) == min(levenshtein(a, b), cut), (a, b, cut)
 
 
+def test_the_histogram_bound_never_exceeds_the_distance_and_leaves_the_choice_unchanged():
+    from collections import Counter
+
+    rng = random.Random(11)
+    for _ in range(2000):
+        a = "".join(rng.choice("abc\u00e9") for _ in range(rng.randint(0, 20)))
+        b = "".join(rng.choice("abc\u00e9") for _ in range(rng.randint(0, 20)))
+        assert selection.histogram_bound(Counter(a), Counter(b)) <= levenshtein(a, b), (a, b)
+    # Edited index entries, near and far: the pruned search picks what the full one picks.
+    entries = selection.index()
+    for _ in range(40):
+        name, text = rng.choice(entries)
+        chars = list(text)
+        for _ in range(rng.choice((3, 40, 90, 120))):
+            chars[rng.randrange(len(chars))] = rng.choice("{}%- x\n")
+        edited = "".join(chars)
+        full = min(((selection.bounded_distance(edited, other), index, other_name)
+                    for index, (other_name, other) in enumerate(entries)), default=None)
+        expected = (full[2], full[0]) if full[0] < selection.CUTOFF else (None, None)
+        assert selection.detect(edited) == expected
+
+
+def test_the_choice_is_remembered_on_disk_under_the_data_and_rules(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHATGOLD_CACHE", str(tmp_path))
+    name, text = selection.index()[0]
+    selection.choose_cached.cache_clear()
+    first = selection.choose_cached(text)
+    records = list((tmp_path / "ollama-choices").rglob("*.json"))
+    assert first == selection.choose(text) and len(records) == 1
+    # A later process reads it instead of measuring distances again.
+    selection.choose_cached.cache_clear()
+    monkeypatch.setattr(selection, "choose", lambda *args: pytest.fail("computed again"))
+    assert selection.choose_cached(text) == first
+    # A record that cannot be read is computed again and written anew.
+    records[0].write_text("{not json")
+    selection.choose_cached.cache_clear()
+    monkeypatch.undo()
+    monkeypatch.setenv("CHATGOLD_CACHE", str(tmp_path))
+    assert selection.choose_cached(text) == first
+    assert json.loads(records[0].read_text())["template"] == name
+    selection.choose_cached.cache_clear()
+
+
 def test_every_index_entry_selects_the_first_entry_with_its_text():
     first = {}
     for name, text in selection.index():

@@ -105,6 +105,23 @@ def test_outcomes_are_reused_only_under_the_same_identity_template_and_case(stor
         assert renders(log) == 21
 
 
+def test_a_case_key_is_the_digest_of_the_canonical_conversation_and_tokens():
+    """The composed key is the documented one (sha256 of the canonical JSON of conversation and tokens), for
+    every case, token pairs with quotes, non-ASCII and nulls: a store written before keeps its keys."""
+    from conformance.corpus.cases import load_cases
+    from conformance.render.store import case_key
+    from runners.base import canonical_json
+
+    for case in load_cases():
+        conversation = case.request("t", None, None, "t").conversation
+        for bos, eos in (("<s>", "</s>"), (None, None), ('\u00e9"\\', "<|end|>\n"), ("", None)):
+            documented = canonical_json({"conversation": conversation.to_dict(), "bos_token": bos,
+                                         "eos_token": eos})
+            assert case_key(conversation, bos, eos) == hashlib.sha256(documented.encode("utf-8")).hexdigest()
+            request = case.request("t", bos, eos, "t")
+            assert request_key(request)[1] == case_key(conversation, bos, eos)
+
+
 def test_a_harness_without_a_build_is_never_cached(store, tmp_path):
     log = tmp_path / "log"
     cells = requests()

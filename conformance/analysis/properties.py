@@ -121,20 +121,39 @@ def property_requests(template: str, bos_token: Optional[str], eos_token: Option
     flip (name: the case id) and probe (name: the probe)."""
     out = []
     for case in cases:
-        conversation = case.conversation
-        variants = [("base", conversation), ("again", conversation),
-                    ("clock", replace(conversation, now=shifted_now(conversation.now)))]
-        if flippable(case):
-            variants.append(("flip", replace(conversation,
-                                             add_generation_prompt=not conversation.add_generation_prompt)))
-        for kind, conv in variants:
+        for kind, conv in _variants(case):
             out.append(((kind, case.id), RenderRequest(template, conv, bos_token, eos_token, template_id,
                                                        f"properties:{kind}:{case.id}")))
-    for name, (messages, tools) in PROBES.items():
-        out.append((("probe", name), RenderRequest.make(template, messages, bos_token=bos_token,
-                                                        eos_token=eos_token, tools=tools, template_id=template_id,
-                                                        case_id=f"properties:probe:{name}")))
+    for name, conv in _probe_conversations():
+        out.append((("probe", name), RenderRequest(template, conv, bos_token, eos_token, template_id,
+                                                   f"properties:probe:{name}")))
     return out
+
+
+# A case's variants and the probes are the same for every template: made once, so the result store's key of
+# each conversation is computed once too (its memo goes by the conversation object).
+_VARIANTS: dict = {}
+
+
+def _variants(case) -> list:
+    found = _VARIANTS.get(id(case))
+    if found is not None and found[0] is case:  # the entry holds its case: the id is not reused meanwhile
+        return found[1]
+    conversation = case.conversation
+    variants = [("base", conversation), ("again", conversation),
+                ("clock", replace(conversation, now=shifted_now(conversation.now)))]
+    if flippable(case):
+        variants.append(("flip", replace(conversation, add_generation_prompt=not conversation.add_generation_prompt)))
+    if len(_VARIANTS) > 10_000:
+        _VARIANTS.clear()
+    _VARIANTS[id(case)] = (case, variants)
+    return variants
+
+
+@lru_cache(maxsize=1)
+def _probe_conversations() -> tuple:
+    return tuple((name, RenderRequest.make("", messages, tools=tools).conversation)
+                 for name, (messages, tools) in PROBES.items())
 
 
 # --- helpers --------------------------------------------------------------------------------------------------

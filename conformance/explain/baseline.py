@@ -183,12 +183,11 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
                                          known_checked=len(checked), stale=len(stale),
                                          seconds=round(time.perf_counter() - started, 3)), stale)
     explanation.annotate(run.results)  # the verdict stage reads each cell's cause
-    titles = {cause.id: cause for cause in ranked}
+    lines = {cause.id: (cause.title, _one_line(cause)) for cause in ranked}  # once a cause, not once a cell
     for result in run.results:
-        cause = titles.get(result.cause)
-        if cause is not None:
-            result.cause_title = cause.title
-            result.cause_repro = _one_line(cause)
+        found = lines.get(result.cause)
+        if found is not None:
+            result.cause_title, result.cause_repro = found
     return explanation
 
 

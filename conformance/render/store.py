@@ -209,10 +209,16 @@ def template_key(template: str) -> str:
     return _sha256(template)
 
 
-def case_key(conversation, bos_token: Optional[str], eos_token: Optional[str]) -> str:
-    """sha256 of the conversation (every field, runners.base.Conversation.to_dict) with the special tokens."""
-    return _sha256(canonical_json({"conversation": conversation.to_dict(), "bos_token": bos_token,
-                                   "eos_token": eos_token}))
+def case_key(conversation, bos_token: Optional[str], eos_token: Optional[str],
+             conversation_json: Optional[str] = None) -> str:
+    """sha256 of the conversation (every field, runners.base.Conversation.to_dict) with the special tokens.
+    conversation_json: the conversation's canonical JSON when the caller has it already (the same bytes)."""
+    if conversation_json is None:
+        conversation_json = canonical_json(conversation.to_dict())
+    # canonical_json of {"bos_token", "conversation", "eos_token"} (sorted keys), composed around the
+    # conversation's own canonical text: a corpus's templates pair each case with many token pairs.
+    return _sha256(f'{{"bos_token":{canonical_json(bos_token)},"conversation":{conversation_json},'
+                   f'"eos_token":{canonical_json(eos_token)}}}')
 
 
 def capabilities_key(bos_token: Optional[str], eos_token: Optional[str]) -> str:
@@ -703,6 +709,7 @@ class _KeyMemo:
     def __init__(self):
         self._templates: dict = {}
         self._cases: dict = {}
+        self._conversations: dict = {}  # id -> (conversation, its canonical JSON)
         self._lock = threading.Lock()
 
     def template(self, source: str) -> str:
@@ -723,11 +730,17 @@ class _KeyMemo:
         found = self._cases.get(memo)
         if found is not None and found[0] is conversation:
             return found[1]
-        key = case_key(conversation, request.bos_token, request.eos_token)
+        text = self._conversations.get(id(conversation))
+        if text is None or text[0] is not conversation:
+            text = (conversation, canonical_json(conversation.to_dict()))
+        key = case_key(conversation, request.bos_token, request.eos_token, text[1])
         with self._lock:
             if len(self._cases) > 100_000:
                 self._cases.clear()
+            if len(self._conversations) > 10_000:
+                self._conversations.clear()
             self._cases[memo] = (conversation, key)
+            self._conversations[id(conversation)] = text
         return key
 
 

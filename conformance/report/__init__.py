@@ -49,6 +49,7 @@ class Report:
 
     data: dict
     cells: list = field(default_factory=list)
+    _grouped: Optional[tuple] = field(default=None, init=False, repr=False, compare=False)
 
     def __getitem__(self, key):
         return self.data[key]
@@ -60,7 +61,15 @@ class Report:
         return self.data.get(key, default)
 
     def runner_cells(self, name: str) -> list:
-        return [c for c in self.cells if c["runner"] == name]
+        # Five outputs ask for each runner's records: grouped once (the full gate has ~250k records), again
+        # only if records were added since.
+        grouped = self._grouped
+        if grouped is None or grouped[0] != len(self.cells):
+            by_runner: dict = {}
+            for record in self.cells:
+                by_runner.setdefault(record["runner"], []).append(record)
+            grouped = self._grouped = (len(self.cells), by_runner)
+        return list(grouped[1].get(name, ()))
 
 
 def _table_row() -> dict:

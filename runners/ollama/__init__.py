@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import threading
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
@@ -50,13 +49,7 @@ def request_limits(request: RenderRequest) -> Optional[Skipped]:
     return None
 
 
-def data_digest() -> str:
-    digest = hashlib.sha256()
-    for path in sorted(selection.DATA.iterdir()):
-        for part in (path.name.encode(), path.read_bytes()):
-            digest.update(len(part).to_bytes(8, "little"))
-            digest.update(part)
-    return digest.hexdigest()
+data_digest = selection.data_digest
 
 
 class OllamaRunner(Runner):

@@ -20,9 +20,14 @@ byte-identical to the v0.33.2 data (commit b79067b0) imported in runners/ollama/
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import hashlib
 import json
+import os
 import re
+import tempfile
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -110,13 +115,38 @@ def bounded_distance(a: str, b: str, cut: int = CUTOFF) -> int:
     return min(previous[width], cut)
 
 
+@functools.lru_cache(maxsize=256)
+def _histogram(text: str) -> Counter:
+    return Counter(text)
+
+
+def histogram_bound(a: Counter, b: Counter) -> int:
+    """A lower bound of the Levenshtein distance from the characters' counts alone: a substitution removes
+    at most one surplus character of each side, an insertion or deletion one of one side, so the distance is
+    at least the larger side's surplus (which is also at least the length difference)."""
+    surplus_a = surplus_b = 0
+    for char, count in a.items():
+        other = b.get(char, 0)
+        if count > other:
+            surplus_a += count - other
+    for char, count in b.items():
+        other = a.get(char, 0)
+        if count > other:
+            surplus_b += count - other
+    return max(surplus_a, surplus_b)
+
+
 def detect(template: str, entries: Optional[tuple] = None) -> tuple:
     """template.Named: (entry name, distance) of the first strictly nearest entry of the index (or of
-    `entries`, (name, text) pairs) under the cutoff, or (None, None)."""
+    `entries`, (name, text) pairs) under the cutoff, or (None, None). An entry whose lower bound is already
+    no nearer than the best so far is passed over: the choice is the same, without its quadratic distance."""
     best_name, best = None, CUTOFF
+    counts = Counter(template)
     for name, candidate in index() if entries is None else entries:
         if abs(len(candidate) - len(template)) >= best:
             continue  # cannot be strictly nearer than the best so far
+        if histogram_bound(counts, _histogram(candidate)) >= best:
+            continue
         distance = bounded_distance(template, candidate, best)
         if distance < best:
             best_name, best = name, distance
@@ -211,6 +241,52 @@ def choose(template: str, architecture: Optional[str] = None) -> Choice:
     return Choice(ROUTE_GO, name, distance, reason=f"detected {name} (distance {distance}): its Go template")
 
 
+def data_digest() -> str:
+    """The imported index and Go templates, by content."""
+    digest = hashlib.sha256()
+    for path in sorted(DATA.iterdir()):
+        for part in (path.name.encode(), path.read_bytes()):
+            digest.update(len(part).to_bytes(8, "little"))
+            digest.update(part)
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def _choice_salt() -> bytes:
+    # A choice follows from the template, the architecture, the imported data and this module's rules.
+    return hashlib.sha256(data_digest().encode() + Path(__file__).read_bytes()).digest()
+
+
+def _choice_path(template: str, architecture: Optional[str]) -> Path:
+    from ..versions import cache_root
+
+    key = hashlib.sha256(_choice_salt() + (architecture or "").encode() + b"\0" + template.encode("utf-8",
+                                                                                                   "surrogatepass"))
+    name = key.hexdigest()
+    return cache_root() / "ollama-choices" / name[:2] / f"{name}.json"
+
+
 @functools.lru_cache(maxsize=4096)
 def choose_cached(template: str, architecture: Optional[str] = None) -> Choice:
-    return choose(template, architecture)
+    """choose(), remembered on disk: detection is a bounded edit distance to every index entry (about 10 ms a
+    template in Python), and a warm gate asks it for every template of the corpus. A record that cannot be
+    read is computed again; a cache that cannot be written costs only the time."""
+    path = _choice_path(template, architecture)
+    try:
+        return Choice(**json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        pass
+    choice = choose(template, architecture)
+    staged = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", encoding="utf-8", dir=path.parent, suffix=".tmp",
+                                         delete=False) as handle:
+            staged = handle.name
+            json.dump(choice.to_dict(), handle)
+        os.replace(staged, path)
+    except OSError:
+        if staged is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(staged)
+    return choice
