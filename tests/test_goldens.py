@@ -58,3 +58,41 @@ def test_reference_reproduces_committed_goldens(tmp_path, pattern):
     # gemma-2 refuses a system role: the refusal is a golden too.
     if pattern == "google-gemma-2-2b-it":
         assert read_golden(templates[0].id, "chat-system").raised
+
+
+def test_the_first_difference_and_a_golden_matching_text_agree_with_bytes_compared_one_by_one():
+    """The judge's shortcuts (slices halved, text compared as text) give what byte-by-byte comparison gives:
+    lengths around the block size, a difference anywhere, prefixes, lone surrogates, bytes that are no UTF-8."""
+    import random
+
+    from conformance.files import ENCODING_ERRORS
+    from conformance.judge.diff import first_difference
+    from conformance.judge.goldens import Golden
+
+    def naive(expected: bytes, actual: bytes):
+        if expected == actual:
+            return None
+        for index, (a, b) in enumerate(zip(expected, actual)):
+            if a != b:
+                return index
+        return min(len(expected), len(actual))
+
+    rng = random.Random(5)
+    for _ in range(3000):
+        base = bytes(rng.choice(b"ab\n\xc3\xa9") for _ in range(rng.choice((0, 1, 7, 4095, 4096, 4097, 9000))))
+        other = bytearray(base)
+        roll = rng.random()
+        if roll < 0.4 and other:
+            other[rng.randrange(len(other))] ^= 1
+        elif roll < 0.6:
+            other = other[:rng.randint(0, len(other))]
+        elif roll < 0.8:
+            other += b"x" * rng.randint(1, 3)
+        assert first_difference(base, bytes(other)) == naive(base, bytes(other))
+    texts = ["", "plain", "caf\u00e9 \U0001F600", "\ud83d\ude00 lone pair", "\udcc3\udc83", "\u00c3\u0083"]
+    for golden_text in texts:
+        golden = Golden("rendered", golden_text.encode("utf-8", ENCODING_ERRORS))
+        for text in texts:
+            assert golden.matches_text(text) == (text.encode("utf-8", ENCODING_ERRORS) == golden.data)
+    undecodable = Golden("rendered", b"\xff\xfe text")
+    assert not undecodable.matches_text("\ufffd\ufffd text")

@@ -71,7 +71,7 @@ def classify(golden: Optional[Golden], outcome: Outcome) -> Judgement:
 def result_for(runner_name: str, template_id: str, case_id: str, golden: Optional[Golden], outcome: Outcome,
                seconds: float = 0.0) -> CellResult:
     if type(outcome) is Rendered and golden is not None and golden.kind == "rendered" \
-            and outcome.text.encode("utf-8", ENCODING_ERRORS) == golden.data:
+            and golden.matches_text(outcome.text):
         # Most cells: a match has no divergence, message, output or fingerprint (what the general path gives).
         return CellResult(runner_name, template_id, case_id, Status.MATCH, golden_kind="rendered", seconds=seconds,
                           outcome=outcome, judgement=MATCHED)

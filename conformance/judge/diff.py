@@ -18,10 +18,18 @@ def first_difference(expected: bytes, actual: bytes) -> Optional[int]:
     step = 4096
     while lo < limit and expected[lo:lo + step] == actual[lo:lo + step]:
         lo += step
-    for index in range(lo, min(limit, lo + step)):
-        if expected[index] != actual[index]:
-            return index
-    return limit
+    end = min(limit, lo + step)
+    if expected[lo:end] == actual[lo:end]:
+        return limit  # the block differed past the shorter's end only
+    # Halve the differing block by comparing slices (memcmp), not byte by byte in Python: [lo, end) holds the
+    # first difference and everything before lo is equal.
+    while end - lo > 1:
+        middle = (lo + end) // 2
+        if expected[lo:middle] == actual[lo:middle]:
+            lo = middle
+        else:
+            end = middle
+    return lo
 
 
 def _visible_table(newline_breaks: bool) -> dict:

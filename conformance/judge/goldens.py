@@ -62,6 +62,21 @@ class Golden:
     def text(self) -> str:
         return self.data.decode("utf-8", ENCODING_ERRORS)
 
+    @cached_property
+    def _decoded(self) -> Optional[str]:
+        try:
+            return self.data.decode("utf-8", ENCODING_ERRORS)
+        except UnicodeDecodeError:
+            return None
+
+    def matches_text(self, text: str) -> bool:
+        """Whether text's bytes are this golden's. Compared as text, decoded once for every runner judged
+        against it (the encoding is one-to-one, so equal text is equal bytes), unless the bytes do not decode."""
+        decoded = self._decoded
+        if decoded is not None:
+            return text == decoded
+        return text.encode("utf-8", ENCODING_ERRORS) == self.data
+
     @property
     def raised(self) -> bool:
         return self.kind == "raised"
