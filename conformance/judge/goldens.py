@@ -320,12 +320,13 @@ def find_orphans(template_ids: Iterable[str], case_ids: Iterable[str], root: Opt
             orphans.append(child)
             continue
         names = allowed[child.name]
-        present = {p.name for p in child.iterdir()}
-        for path in sorted(child.iterdir()):
+        present = os.listdir(child)  # names, not Path objects: the corpus has ~90k goldens
+        listed = set(present)
+        for name in sorted(present):
             # A cell is either rendered or raised: a second variant beside the first is stale.
-            stale_raised = path.name.endswith(RAISED_SUFFIX) and path.name[:-len(RAISED_SUFFIX)] + RENDERED_SUFFIX in present
-            if path.name not in names or stale_raised:
-                orphans.append(path)
+            stale_raised = name.endswith(RAISED_SUFFIX) and name[:-len(RAISED_SUFFIX)] + RENDERED_SUFFIX in listed
+            if name not in names or stale_raised:
+                orphans.append(child / name)
     return orphans
 
 
