@@ -153,14 +153,16 @@ class GoldenStore:
             return golden
 
     def _read(self, template_id: str, case_id: str) -> Optional[Golden]:
-        directory = os.path.join(self.root or goldens_dir(), template_id)
-        names = self._listings.get(template_id)
-        if names is None:
+        listing = self._listings.get(template_id)
+        if listing is None:
+            # The folder's path made once a template, not once a cell (Path to str costs more than the read).
+            directory = os.path.join(self.root or goldens_dir(), template_id)
             try:
                 names = frozenset(os.listdir(directory))
             except (FileNotFoundError, NotADirectoryError):
                 names = frozenset()
-            self._listings[template_id] = names
+            listing = self._listings[template_id] = (directory, names)
+        directory, names = listing
         for kind, suffix in (("rendered", RENDERED_SUFFIX), ("raised", RAISED_SUFFIX)):
             if case_id + suffix in names:
                 try:
