@@ -60,7 +60,8 @@ class Golden:
 
     @property
     def text(self) -> str:
-        return self.data.decode("utf-8", ENCODING_ERRORS)
+        decoded = self._decoded
+        return decoded if decoded is not None else self.data.decode("utf-8", ENCODING_ERRORS)  # raises
 
     @cached_property
     def _decoded(self) -> Optional[str]:
