@@ -295,8 +295,7 @@ def isolate(jobs: list, reference, engine, stats=None) -> None:
     probes, owners = [], []
     for index, job in enumerate(jobs):
         for number, site, source in sites(job.request.template, job.names):
-            probes.append(RenderRequest(source, job.request.conversation, job.request.bos_token,
-                                        job.request.eos_token, job.request.template_id, job.request.case_id))
+            probes.append(replace(job.request, template=source))
             owners.append((index, number, site))
     if not probes:
         return
@@ -347,9 +346,8 @@ def _shown_alone(jobs: list, routes: list, reference, engine, stats) -> set:
     Returns the ids of the routes whose control failed (the site alone said nothing)."""
     requests = []
     for index, _, _, template, control, conversation in routes:
-        request = jobs[index].request
-        requests += [RenderRequest(source, conversation, request.bos_token, request.eos_token, request.template_id,
-                                   request.case_id) for source in (template, control)]
+        requests += [replace(jobs[index].request, template=source, conversation=conversation)
+                     for source in (template, control)]
     pairs = render_pairs(reference, engine, requests, stats) if requests else []
     untaken = set()
     for number, route in enumerate(routes):
