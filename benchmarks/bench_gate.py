@@ -140,6 +140,10 @@ def run_gate(selection: list, report_dir: Path, env_extra: Optional[dict] = None
     if timings:
         argv += [f"--chatgold-timings={timings_file}"]
     env = {**os.environ, "CHATGOLD_ROOT": str(ROOT), **(env_extra or {})}  # env_extra may move the root
+    # Bytecode as tox.ini's environment has it: cached outside the checkout, whatever this shell says.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.setdefault("PYTHONPYCACHEPREFIX", os.path.join(
+        os.environ.get("CHATGOLD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "chatgold"), "pycache"))
     load = os.getloadavg()[0]
     started = time.perf_counter()
     with tempfile.TemporaryFile() as log:

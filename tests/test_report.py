@@ -129,3 +129,65 @@ def test_report_ranks_root_causes_with_their_reproducers(outputs):
     merged = load_report(out / "merged.json")
     validate(merged)
     assert {c["id"] for c in merged["runners"]["minijinja"]["causes"]} == {c["id"] for c in section["causes"]}
+
+
+@pytest.fixture(scope="module")
+def with_baseline(tmp_path_factory):
+    """The same selection judged against minijinja's bundled baseline, whole and in two shards."""
+    out = tmp_path_factory.mktemp("baseline")
+    # armgpt's null-content cell is filed under the cause quark-flash's is, and the two fall in different shards.
+    selection = [x for t in TEMPLATES + ["armgpt-armeniangpt-1.0-3b"] for x in ("--template", t)]
+    base = ["check", "--runner", "minijinja", "--workers", "1", *selection, *[x for c in CASES for x in ("--case", c)]]
+    main([*base, "--json", str(out / "r.json"), "--html", str(out / "r.html")])
+    for index in (1, 2):
+        main([*base, "--shard", f"{index}/2", "--json", str(out / f"shard{index}.json")])
+    return out
+
+
+def test_a_known_cause_reason_is_written_once(with_baseline):
+    from conformance.judge.expectations import load_expectations
+
+    report = load_report(with_baseline / "r.json")
+    validate(report)
+    section = report["runners"]["minijinja"]
+    known = load_expectations("minijinja").causes
+    held = [c for c in report.runner_cells("minijinja") if (c.get("expected") or {}).get("cause") in known]
+    assert held, "the selection must hold cells the baseline files under a known cause"
+    for cell in held:
+        cause = known[cell["expected"]["cause"]]
+        assert "reason" not in cell["expected"] and "link" not in cell["expected"]
+        said = section["expected_causes"][cause.id]
+        assert said["reason"] == (cause.reason or cause.title) and said.get("link", "") == cause.link
+    html = (with_baseline / "r.html").read_text()
+    for cause_id, said in section["expected_causes"].items():
+        assert html.count(f'id="expected-minijinja-{cause_id}"') == 1
+        assert f'href="#expected-minijinja-{cause_id}"' in html
+    section["expected_causes"].clear()  # a record whose reason is nowhere is malformed, not silently reasonless
+    with pytest.raises(ValueError, match="held against a cause with no reason"):
+        validate(report)
+
+
+def test_merge_keeps_each_shards_reason(with_baseline, tmp_path):
+    from conformance.report import merge_reports
+
+    shards = [load_report(with_baseline / f"shard{i}.json") for i in (1, 2)]
+    whole = load_report(with_baseline / "r.json")
+    assert merge_reports(shards)["runners"]["minijinja"]["expected_causes"] == \
+        whole["runners"]["minijinja"]["expected_causes"]
+    # A shard that read another baseline: its cells keep their own reason, inline.
+    shards = [load_report(with_baseline / f"shard{i}.json") for i in (1, 2)]
+    second = shards[1]["runners"]["minijinja"]["expected_causes"]
+    first = shards[0]["runners"]["minijinja"]["expected_causes"]
+    shared = sorted(first.keys() & second.keys())
+    assert shared, "both shards must hold a cell of one known cause"
+    second[shared[0]] = {"reason": "written on another machine"}
+    merged = merge_reports(shards)
+    validate(merged)
+    section = merged["runners"]["minijinja"]
+    assert section["expected_causes"][shared[0]] == first[shared[0]]
+    theirs = {(c["template"], c["case"]) for c in shards[1].cells if c["expected"].get("cause") == shared[0]}
+    for cell in merged.runner_cells("minijinja"):
+        if (cell["template"], cell["case"]) in theirs:
+            assert cell["expected"]["reason"] == "written on another machine"
+        elif (cell.get("expected") or {}).get("cause") == shared[0]:
+            assert "reason" not in cell["expected"]

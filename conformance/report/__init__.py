@@ -32,7 +32,9 @@ from conformance.judge.status import (
 )
 from conformance.report.templates import finalize_views, merge_views, template_views
 
-REPORT_FORMAT = 2
+# 3: a cell held against a known cause no longer repeats the cause's reason and link: they are written once per
+# runner, in the section's `expected_causes` (the full gate's cell records were a third reasons).
+REPORT_FORMAT = 3
 # Every failing cell is under a cause or unexplained (errored and timed-out ones always unexplained).
 EXPLAINED_STATUSES = NON_MATCHING | NO_ANSWER
 MESSAGE_LIMIT = 1000
@@ -83,8 +85,11 @@ def _bump(row: dict, status: Status, n: int = 1) -> None:
     row["diverged"] += n * (status == Status.DIVERGED)
 
 
-def cell_record(result) -> dict:
-    """The sidecar record of one judged cell (a CellResult that is not a pass)."""
+def cell_record(result, expected_causes: Optional[dict] = None) -> dict:
+    """The sidecar record of one judged cell (a CellResult that is not a pass).
+
+    expected_causes (cause id -> {"reason", "link"?}), when given, collects the reason of each known cause the
+    cells are held against; a record whose reason and link are its cause's leaves them to that entry."""
     record = {"runner": result.runner, "template": result.template_id, "case": result.case_id,
               "status": str(result.status), "verdict": str(result.verdict) if result.verdict else None}
     for name in ("fingerprint", "note", "golden_window", "output_window", "attribution", "cause", "tokens"):
@@ -111,6 +116,8 @@ def cell_record(result) -> dict:
             record["expected"]["recorded_cause"] = dict(expectation.recorded_cause)
         if expectation.link:
             record["expected"]["link"] = expectation.link
+        if expected_causes is not None and expectation.cause:
+            _share_reason(record["expected"], expected_causes)
     if result.divergence is not None:
         record["divergence"] = result.divergence.to_dict()
         record["description"] = result.divergence.describe()
@@ -119,6 +126,16 @@ def cell_record(result) -> dict:
         if len(result.output) > OUTPUT_LIMIT:
             record["output_truncated"] = len(result.output)
     return record
+
+
+def _share_reason(expected: dict, expected_causes: dict) -> None:
+    """Leave a known cause's reason and link to its one entry in expected_causes (the first cell's sets it)."""
+    said = {"reason": expected["reason"]}
+    if "link" in expected:
+        said["link"] = expected["link"]
+    if expected_causes.setdefault(expected["cause"], said) == said:
+        del expected["reason"]
+        expected.pop("link", None)
 
 
 def runner_section(run, metadata: dict) -> tuple[dict, list]:
@@ -130,6 +147,7 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
     verdicts = Counter()
     blamed, blamed_lines = Counter(), defaultdict(Counter)
     passed, records, unexpected = defaultdict(list), [], []
+    expected_causes: dict = {}
     # Tallied per (case, status) and (template, status) first, then spread over the tables: a full run has
     # hundreds of thousands of cells but only a few hundred such pairs.
     by_case, by_template = Counter(), Counter()
@@ -140,7 +158,7 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
         if result.status in PASSING and result.verdict == Verdict.EXPECTED_PASS:
             passed[result.template_id].append(result.case_id)
             continue
-        record = cell_record(result)
+        record = cell_record(result, expected_causes)
         records.append(record)
         if result.verdict is not None and result.verdict.failing:
             unexpected.append(record)
@@ -199,6 +217,7 @@ def runner_section(run, metadata: dict) -> tuple[dict, list]:
         "notes": sorted(notes),
         "rules": list(run.expectations.rules),
         "unexpected_cells": unexpected,
+        "expected_causes": dict(sorted(expected_causes.items())),
         "records": len(records),
         "passed": {t: sorted(c) for t, c in sorted(passed.items())},
         **template_views(run),
@@ -327,7 +346,7 @@ def merge_reports(reports: Iterable[Report]) -> Report:
                 "runner": section["runner"], "counts": {str(s): 0 for s in STATUSES}, "verdicts": Counter(),
                 "expectations": section["expectations"], "features": {}, "constructs": {},
                 "blamed_constructs": Counter(), "blamed_lines": {}, "notes": [], "rules": section.get("rules", []),
-                "unexpected_cells": [], "records": 0, "passed": {}})
+                "unexpected_cells": [], "expected_causes": {}, "records": 0, "passed": {}})
             for status, n in section["counts"].items():
                 into["counts"][status] = into["counts"].get(status, 0) + n
             into["verdicts"].update(section["verdicts"])
@@ -342,6 +361,7 @@ def merge_reports(reports: Iterable[Report]) -> Report:
             into["notes"] = sorted(set(into["notes"]) | set(section["notes"]))
             if "causes" in section:
                 _merge_causes(into, section)
+            _merge_expected_causes(into, section, name, report.cells)
             into["unexpected_cells"].extend(section["unexpected_cells"])
             into["records"] += section["records"]
             overlap = into["passed"].keys() & section["passed"].keys()
@@ -357,6 +377,7 @@ def merge_reports(reports: Iterable[Report]) -> Report:
         section["constructs"] = dict(sorted(section["constructs"].items()))
         section["passed"] = dict(sorted(section["passed"].items()))
         section["unexpected_cells"].sort(key=lambda c: (c["template"], c["case"]))
+        section["expected_causes"] = dict(sorted(section["expected_causes"].items()))
     agreement = _merge_agreement([r["capability_agreement"] for r in reports if r.get("capability_agreement")])
     if agreement is not None:
         merged["capability_agreement"] = agreement
@@ -368,6 +389,22 @@ def merge_reports(reports: Iterable[Report]) -> Report:
         merged["audit"] = audits[0]  # corpus-wide: every shard computes the same one
     cells.sort(key=lambda c: (c["runner"], c["template"], c["case"]))
     return finalize(Report(merged, cells))
+
+
+def _merge_expected_causes(into: dict, section: dict, name: str, cells: list) -> None:
+    """Shards read one baseline, so a known cause's reason is the same in each; where a shard's differs, its
+    cells get theirs back inline, so none takes another shard's reason."""
+    differs = set()
+    for cause, said in section.get("expected_causes", {}).items():
+        if into["expected_causes"].setdefault(cause, said) != said:
+            differs.add(cause)
+    if not differs:
+        return
+    own = section["expected_causes"]
+    for record in [c for c in cells if c["runner"] == name] + section["unexpected_cells"]:
+        expected = record.get("expected") or {}
+        if expected.get("cause") in differs and "reason" not in expected:
+            expected.update(own[expected["cause"]])
 
 
 def _merge_causes(into: dict, section: dict) -> None:
@@ -392,7 +429,8 @@ def _merge_causes(into: dict, section: dict) -> None:
 
 def check_report(report: Report) -> None:
     """Raise ValueError unless the report is well formed: the JSON against report.schema.json, every cell record
-    against report-cell.schema.json, and one record for every cell that is not a pass."""
+    against report-cell.schema.json and with a reason to be expected for, and one record for every cell that is
+    not a pass."""
     from jsonschema import ValidationError
 
     from conformance import schema_validator
@@ -412,6 +450,12 @@ def check_report(report: Report) -> None:
         if len(records) != section["records"] or passed + len(records) != section["cells_total"]:
             raise ValueError(f"{name}: {passed} passing cells and {len(records)} records, but {section['cells_total']} "
                              f"cells ({section['records']} records announced)")
+        said = section["expected_causes"]
+        orphans = [r for r in records if "expected" in r and "reason" not in r["expected"]
+                   and r["expected"].get("cause") not in said]
+        if orphans:
+            raise ValueError(f"{name}: {len(orphans)} cell record(s) held against a cause with no reason here or in "
+                             f"expected_causes (first: {orphans[0]['template']} x {orphans[0]['case']})")
         found = Counter(record["status"] for record in records)
         for status, n in section["counts"].items():
             if status not in PASSING and found.get(status, 0) != n:

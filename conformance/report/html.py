@@ -200,7 +200,14 @@ def _causes(name: str, section: dict) -> str:
 
 def _cell_detail(name: str, cell: dict, open_: bool) -> str:
     unexpected = cell["verdict"] in UNEXPECTED
-    reason = (cell.get("expected") or {}).get("reason", "")
+    expected = cell.get("expected") or {}
+    reason = expected.get("reason", "")
+    if not reason and expected.get("cause"):
+        anchor = f"expected-{name}-{expected['cause']}"
+        reason_html = (f'<p class="note">expected: held against known cause <a href="#{escape(anchor)}">'
+                       f'<code>{escape(expected["cause"])}</code></a></p>')
+    else:
+        reason_html = f'<p class="note">expected: {escape(reason)}</p>' if reason else ""
     div = cell.get("divergence")
     where = f", byte {div['offset']} (line {div['line']}, column {div['column']})" if div else ""
     body = ""
@@ -221,7 +228,7 @@ def _cell_detail(name: str, cell: dict, open_: bool) -> str:
             f'data-cell="{escape(name)}/{escape(cell["template"])}/{escape(cell["case"])}">'
             f'<summary><code>{escape(cell["template"])}</code> × <code>{escape(cell["case"])}</code> — '
             f'{escape(cell["status"])}, {escape(str(cell["verdict"]))}{where}</summary>'
-            + (f'<p class="note">expected: {escape(reason)}</p>' if reason else "") + body + "</details>")
+            + reason_html + body + "</details>")
 
 
 def _drilldown(name: str, section: dict, cells: list) -> str:
@@ -237,7 +244,18 @@ def _drilldown(name: str, section: dict, cells: list) -> str:
     if len(cells) > MAX_DRILLDOWN:
         parts.append(f'<p class="note">showing {MAX_DRILLDOWN} of {len(cells)} cells (unexpected first, then by '
                      f'status); the report\'s cell records (report.cells.jsonl.gz) hold every one.</p>')
-    parts.extend(_cell_detail(name, cell, index == 0) for index, cell in enumerate(cells[:MAX_DRILLDOWN]))
+    shown = cells[:MAX_DRILLDOWN]
+    parts.extend(_cell_detail(name, cell, index == 0) for index, cell in enumerate(shown))
+    # A known cause's reason once, not in each of its cells.
+    said = section.get("expected_causes", {})
+    held = sorted({c["expected"]["cause"] for c in shown
+                   if "reason" not in c.get("expected", {"reason": ""}) and c["expected"].get("cause") in said})
+    if held:
+        parts.append("<h4>Known causes the cells above are held against</h4><ul>" + "".join(
+            f'<li id="{escape(f"expected-{name}-{cause}")}"><code>{escape(cause)}</code>: '
+            f'{escape(said[cause]["reason"])}'
+            + (f' (<a href="{escape(said[cause]["link"])}">{escape(said[cause]["link"])}</a>)'
+               if said[cause].get("link") else "") + "</li>" for cause in held) + "</ul>")
     return "".join(parts)
 
 
