@@ -23,12 +23,13 @@ a comment) is listed in UNREVEALABLE with why; any other missed pair fails the g
 """
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from conformance.corpus.families import WITHIN_FAMILY_THRESHOLD, similarity
+from conformance.corpus.families import WITHIN_FAMILY_THRESHOLD, jaccard, shingles
 
 FORMAT = 1
 HOW = ("revision", "versioned", "named-fix", "same-model", "redistributor")
@@ -77,19 +78,34 @@ def _sources(entry) -> set:
     return {origin["source"] for origin in entry.origins}
 
 
-def collect_pairs(entries: Iterable) -> list[Pair]:
-    """Every revision pair the corpus data shows, each once (the first rule that finds it names it)."""
-    entries = list(entries)
-    by_id = {e.id: e for e in entries}
-    texts: dict = {}
+_PAIRS: dict = {}
 
-    def text(template_id: str) -> str:
-        if template_id not in texts:
-            texts[template_id] = by_id[template_id].source()
-        return texts[template_id]
+
+def collect_pairs(entries: Iterable) -> list[Pair]:
+    """Every revision pair the corpus data shows, each once (the first rule that finds it names it).
+    Remembered for the process by the entries' ids, hashes and origins: the gate audits twice (its test and
+    its report) from one corpus."""
+    entries = list(entries)
+    key = tuple((e.id, e.sha256, json.dumps(e.origins, sort_keys=True)) for e in entries)
+    if key not in _PAIRS:
+        _PAIRS.clear()
+        _PAIRS[key] = _collect_pairs(entries)
+    return list(_PAIRS[key])
+
+
+def _collect_pairs(entries: list) -> list[Pair]:
+    by_id = {e.id: e for e in entries}
+    shingle_sets: dict = {}
+
+    def shingles_of(template_id: str) -> frozenset:
+        # Each template's shingles once: a template is compared with many candidates (similarity() of the
+        # two texts would tokenise both every time).
+        if template_id not in shingle_sets:
+            shingle_sets[template_id] = shingles(by_id[template_id].source())
+        return shingle_sets[template_id]
 
     def closest(origin_id: str, candidates: Iterable[str]) -> Optional[tuple[str, float]]:
-        scored = [(similarity(text(origin_id), text(c)), c) for c in set(candidates) if c != origin_id]
+        scored = [(jaccard(shingles_of(origin_id), shingles_of(c)), c) for c in set(candidates) if c != origin_id]
         if not scored:
             return None
         score, best = max(scored)

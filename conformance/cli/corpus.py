@@ -93,7 +93,7 @@ def cmd_corpus_import(args) -> int:
 
 
 def cmd_families(args) -> int:
-    from conformance.corpus.families import _jaccard, group_variants, shingles
+    from conformance.corpus.families import group_variants, jaccard, shingles
     from conformance.corpus.manifest import load_corpus
 
     corpus = load_corpus()
@@ -114,7 +114,7 @@ def cmd_families(args) -> int:
         print(f"\n{key}  ({len(ids)} templates)")
         for template_id in sorted(ids, key=lambda i: (i != representative, i)):
             entry = by_id[template_id]
-            score = _jaccard(base, shingles(entry.source()))
+            score = jaccard(base, shingles(entry.source()))
             marker = "*" if template_id == representative else " "
             print(f"  {marker} {score:5.3f}  {template_id}  [{entry.family}, {entry.variant}]")
     return 0

@@ -206,10 +206,11 @@ def shingles(text: str, size: int = SHINGLE) -> frozenset:
 
 def similarity(a_text: str, b_text: str) -> float:
     """Jaccard similarity of the two templates' token shingles, in [0, 1]."""
-    return _jaccard(shingles(a_text), shingles(b_text))
+    return jaccard(shingles(a_text), shingles(b_text))
 
 
-def _jaccard(a: frozenset, b: frozenset) -> float:
+def jaccard(a: frozenset, b: frozenset) -> float:
+    """Jaccard similarity of two shingle sets (similarity() of the texts they came from)."""
     if not a and not b:
         return 1.0
     inter = len(a & b)
@@ -267,7 +268,7 @@ def _pairs_by_shingles(rows, within: float, across: float):
             needed = within if family_a == family_b else across
             if len(set_a) < needed * len(set_b):
                 continue
-            score = _jaccard(set_a, set_b)
+            score = jaccard(set_a, set_b)
             if score >= needed:
                 yield id_a, id_b, score
 
@@ -301,7 +302,7 @@ def group_variants(entries, within: float = WITHIN_FAMILY_THRESHOLD, across: flo
         # Name the group after its medoid among the dominant family: the copy closest to all the others.
         candidates = [i for i in ids if family_of[i] == family]
         representative = min(candidates, key=lambda c: (
-            -sum(_jaccard(shingle_sets[c], shingle_sets[o]) for o in ids if o != c), c))
+            -sum(jaccard(shingle_sets[c], shingle_sets[o]) for o in ids if o != c), c))
         groups[f"{family}/{representative}"] = ids
     return dict(sorted(groups.items()))
 

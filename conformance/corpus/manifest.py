@@ -43,7 +43,6 @@ from conformance.corpus.sources import Candidate, all_sources, source_root
 from conformance.corpus.sources._tokenizer import TokenFile, normalise_template
 from conformance.files import atomic_write
 from runners.base import MAX_TEMPLATE_BYTES
-from runners.gguf_header import GGUFHeaderError, read_header
 
 MANIFEST_FORMAT = 1
 CONSTRUCTS_FILE = "constructs.json"
@@ -477,6 +476,9 @@ def candidates_from_file(path: Path) -> list[Candidate]:
     source = "file"
     label = path.name
     if path.suffix == ".gguf":
+        # Imported here: the gguf package pulls numpy in, and loading the corpus (every gate run) reads no GGUF.
+        from runners.gguf_header import GGUFHeaderError, read_header
+
         try:
             header = read_header(path)
         except GGUFHeaderError:
