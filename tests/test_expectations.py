@@ -247,3 +247,33 @@ def test_a_cause_that_keeps_its_id_keeps_its_reason_and_the_cells_it_lost_take_n
     assert new.causes["c-000000000a"].reason == "no loop controls"
     assert new.causes["c-4444444444"].reason == ""
     assert (counts["reasons_by_id"], counts["reasons_by_cells"], counts["causes_without_reason"]) == (1, 0, 1)
+
+
+def test_a_checked_baseline_is_read_from_its_record(tmp_path, monkeypatch):
+    """The parsed record of a checked baseline gives the same expectations; a damaged record is parsed again,
+    and a malformed file is refused every time (only checked files get a record)."""
+    from conformance.judge import expectations as module
+
+    monkeypatch.setenv("CHATGOLD_CACHE", str(tmp_path / "cache"))
+    source = module.expectations_path("minijinja")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / source.name).write_bytes(source.read_bytes())
+    fresh = load_expectations("minijinja", tmp_path / "b")
+    [record] = (tmp_path / "cache" / "expectations").rglob("*.marshal")
+    parsed = []
+    monkeypatch.setattr(module, "_parse", lambda *a: parsed.append(1) or module._build(*a))
+    again = load_expectations("minijinja", tmp_path / "b")
+    assert not parsed, "a checked baseline's record is read, not parsed again"
+    assert (again.cells, again.rules, again.causes, again.status_reasons) == \
+        (fresh.cells, fresh.rules, fresh.causes, fresh.status_reasons) and again.cells
+    record.write_bytes(b"\x00not marshal")
+    assert load_expectations("minijinja", tmp_path / "b").cells == fresh.cells and parsed == [1]
+    monkeypatch.undo()
+    monkeypatch.setenv("CHATGOLD_CACHE", str(tmp_path / "cache"))
+    broken = json.loads(source.read_text())
+    template = next(iter(broken["cells"]))
+    broken["cells"][template][next(iter(broken["cells"][template]))] = "matches"
+    (tmp_path / "b" / source.name).write_text(json.dumps(broken))
+    for _ in range(2):
+        with pytest.raises(ExpectationsError, match="status must be one of"):
+            load_expectations("minijinja", tmp_path / "b")

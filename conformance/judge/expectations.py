@@ -22,14 +22,17 @@ expectations update` writes format 2, carrying reasons and links forward by caus
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
+import marshal
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
 from conformance import PACKAGE_DIR
-from conformance.files import ENCODING_ERRORS
+from conformance.files import ENCODING_ERRORS, atomic_write
 from conformance.judge.status import NON_MATCHING, PASSING, STATUSES, CellResult, Verdict
 
 EXPECTATIONS_DIR = PACKAGE_DIR / "expectations"
@@ -42,6 +45,9 @@ READABLE_FORMATS = (1, 2)
 TEMPLATE_DEFAULT = "*"
 # Engines that must match everything: no baseline may excuse them.
 STRICT_RUNNERS = frozenset({"hf", "evaluator"})
+# A checked baseline's parsed record holds while this module's checks and the marshal format are the same.
+_RECORD_SALT = hashlib.sha256(Path(__file__).read_bytes()
+                              + f"{marshal.version} {sys.version_info[:2]}".encode()).digest()
 
 class ExpectationsError(ValueError):
     """A malformed expectations file (the message names the file and the problem)."""
@@ -212,10 +218,46 @@ def load_expectations(runner_name: str, directory: Optional[Path] = None) -> Exp
     if not path.exists():
         return Expectations(runner_name, path=path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = path.read_bytes()
+    except OSError as exc:
         raise ExpectationsError(f"{path}: not readable JSON: {exc}") from None
-    return _parse(data, path, runner_name)
+    record = _checked_record(raw)
+    data = _read_record(record)
+    if data is not None:
+        return _build(data, path, runner_name)
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ExpectationsError(f"{path}: not readable JSON: {exc}") from None
+    expectations = _parse(data, path, runner_name)
+    _write_record(record, data)
+    return expectations
+
+
+def _checked_record(raw: bytes) -> Path:
+    """Where a baseline that passed _parse's checks is kept, parsed (marshal), by its bytes and this module:
+    a gate reads all of them (26 MB of JSON), and parsing and checking every cell again cost half a second."""
+    from runners.versions import cache_root
+
+    digest = hashlib.sha256(_RECORD_SALT)
+    digest.update(raw)
+    name = digest.hexdigest()
+    return cache_root() / "expectations" / name[:2] / f"{name}.marshal"
+
+
+def _read_record(record: Path):
+    try:
+        data = marshal.loads(record.read_bytes())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_record(record: Path, data: dict) -> None:
+    try:
+        atomic_write(record, marshal.dumps(data))
+    except (OSError, ValueError):  # a cache that cannot be written costs only the time
+        pass
 
 
 def _parse(data, path: Path, runner_name: str) -> Expectations:
@@ -227,7 +269,7 @@ def _parse(data, path: Path, runner_name: str) -> Expectations:
     for rule in rules:
         if not isinstance(rule, dict) or not isinstance(rule.get("reason", ""), str):
             raise ExpectationsError(f"{path}: every rule must be an object with a string \"reason\": {rule!r}")
-    causes = {}
+    causes = set()
     raw_causes = data.get("causes", [])
     if not isinstance(raw_causes, list):
         raise ExpectationsError(f"{path}: \"causes\" must be a list")
@@ -238,7 +280,7 @@ def _parse(data, path: Path, runner_name: str) -> Expectations:
                                     f"{str(entry)[:200]}")
         if entry["id"] in causes:
             raise ExpectationsError(f"{path}: cause {entry['id']} is listed twice")
-        causes[entry["id"]] = KnownCause.from_dict(entry)
+        causes.add(entry["id"])
     status_reasons = data.get("status_reasons", {})
     if not isinstance(status_reasons, dict):
         raise ExpectationsError(f"{path}: \"status_reasons\" must map statuses to reasons")
@@ -255,7 +297,14 @@ def _parse(data, path: Path, runner_name: str) -> Expectations:
             if cause is not None and cause not in causes:
                 raise ExpectationsError(f"{path}: cells[{template_id!r}][{case_id!r}] = {value!r}: cause {cause} is "
                                         f"not among the file's causes")
-    return Expectations(data.get("runner", runner_name), cells, rules, path, causes, dict(status_reasons))
+    return _build(data, path, runner_name)
+
+
+def _build(data: dict, path: Path, runner_name: str) -> Expectations:
+    """Expectations from a baseline _parse has checked."""
+    causes = {entry["id"]: KnownCause.from_dict(entry) for entry in data.get("causes", [])}
+    return Expectations(data.get("runner", runner_name), data.get("cells", {}), data.get("rules", []), path, causes,
+                        dict(data.get("status_reasons", {})))
 
 
 def verdict(result: CellResult, expectation: Optional[Expectation], known_causes=()) -> Verdict:
