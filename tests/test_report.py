@@ -191,3 +191,22 @@ def test_merge_keeps_each_shards_reason(with_baseline, tmp_path):
             assert cell["expected"]["reason"] == "written on another machine"
         elif (cell.get("expected") or {}).get("cause") == shared[0]:
             assert "reason" not in cell["expected"]
+
+
+def test_cell_lines_are_jsons_bytes():
+    """orjson writes the cell records: the bytes json's compact, non-ASCII encoder gives, for every string a
+    record can hold (controls, separators, non-BMP, lone surrogates through the fallback)."""
+    import random
+
+    from conformance.files import ENCODING_ERRORS
+    from conformance.report import _cell_line
+
+    rng = random.Random(7)
+    alphabet = [chr(c) for c in (*range(0x00, 0x80), 0x7F, 0x85, 0xA0, 0x2028, 0x2029, 0xFEFF, 0x1F600, 0x10FFFF,
+                                 0xD800, 0xDFFF, 0x22, 0x5C, 0xE9)]
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 12)))
+        record = {"runner": "r", "template": text, "case": "c", "offset": rng.randrange(-5, 10**12),
+                  "verdict": None, "flag": rng.random() < 0.5, "context": [text, {"k": text}]}
+        expected = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8", ENCODING_ERRORS)
+        assert _cell_line(record) == expected, repr(text)

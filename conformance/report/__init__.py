@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
+import orjson
+
 from conformance.files import ENCODING_ERRORS
 from conformance.judge.status import (
     NO_ANSWER,
@@ -503,6 +505,16 @@ def load_report(path) -> Report:
 _CELL_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
 
+def _cell_line(record: dict) -> bytes:
+    """One record as a JSON line's bytes, compact and not ASCII-escaped, by orjson (a quarter of json's time:
+    the full gate writes ~630k records; the bytes are json's for the strings, integers and lists records hold).
+    A record orjson refuses (a lone surrogate, kept byte-exact; a non-string key) goes through json."""
+    try:
+        return orjson.dumps(record)
+    except orjson.JSONEncodeError:
+        return _CELL_ENCODER.encode(record).encode("utf-8", ENCODING_ERRORS)
+
+
 def write_json(report: Report, path) -> list:
     """report.json and its sidecar of cell records; returns both paths."""
     path = Path(path)
@@ -512,11 +524,9 @@ def write_json(report: Report, path) -> list:
     # mtime 0: the same records give the same bytes. The full gate writes ~250k records (~200 MB): encoded by
     # one encoder, handed to gzip thousands at a time, compressed at level 1 (a third of level 9's time; the
     # file is about half as large again).
-    encode = _CELL_ENCODER.encode
     with open(sidecar, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, compresslevel=1) as handle:
         for start in range(0, len(report.cells), 4096):
-            lines = "\n".join(map(encode, report.cells[start:start + 4096])) + "\n"
-            handle.write(lines.encode("utf-8", ENCODING_ERRORS))
+            handle.write(b"\n".join(map(_cell_line, report.cells[start:start + 4096])) + b"\n")
     path.write_text(json.dumps(data, ensure_ascii=False, separators=(",", ":")), encoding="utf-8",
                     errors=ENCODING_ERRORS)
     return [path, sidecar]
