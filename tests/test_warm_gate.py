@@ -72,9 +72,29 @@ def _touched_causes() -> list:
     return [(cause_id, _repro_request(baseline.causes[cause_id].repro)) for cause_id in sorted(ids)]
 
 
+GC_PROBE = """
+import gc, json, pathlib
+seen = {}
+def pytest_configure(config):
+    seen["before"] = gc.get_threshold()
+def pytest_runtest_call(item):
+    seen.setdefault("during", []).append(gc.get_threshold())
+def pytest_unconfigure(config):
+    seen["after"] = gc.get_threshold()
+    pathlib.Path("gc-thresholds.json").write_text(json.dumps(seen))
+"""
+
+
 def test_a_warm_gate_gives_the_cold_gates_verdicts_causes_and_report_and_derives_nothing_again(tmp_path):
-    cold = _gate(tmp_path, "cold")
+    from conformance.gate.plugin import GATE_GC_THRESHOLDS
+
+    (tmp_path / "gcprobe.py").write_text(GC_PROBE)  # on the path: the gate runs as `python -m pytest` from here
+    cold = _gate(tmp_path, "cold", "-p", "gcprobe")
     assert cold.returncode == 0, cold.stdout[-3000:] + cold.stderr[-3000:]
+    # The collector keeps to young objects while the session runs, and is as it was once the report is written.
+    thresholds = json.loads((tmp_path / "gc-thresholds.json").read_text())
+    assert list(GATE_GC_THRESHOLDS) in thresholds["during"]
+    assert thresholds["before"] == thresholds["after"] != list(GATE_GC_THRESHOLDS)
     warm = _gate(tmp_path, "warm")
     assert warm.returncode == 0, warm.stdout[-3000:] + warm.stderr[-3000:]
     assert _store_line(cold)[1] > 0
