@@ -210,3 +210,30 @@ def test_cell_lines_are_jsons_bytes():
                   "verdict": None, "flag": rng.random() < 0.5, "context": [text, {"k": text}]}
         expected = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8", ENCODING_ERRORS)
         assert _cell_line(record) == expected, repr(text)
+
+
+def test_a_format_2_report_is_still_read(with_baseline, tmp_path):
+    """Reports written before format 3 (every reason inline, no expected_causes) load, check and merge."""
+    import gzip
+
+    from conformance.report import merge_reports
+
+    for index in (1, 2):
+        data = json.loads((with_baseline / f"shard{index}.json").read_text())
+        cells = [json.loads(line) for line in gzip.open(with_baseline / data["cells_file"], "rt")]
+        for name, section in data["runners"].items():
+            said = section.pop("expected_causes")
+            for record in [c for c in cells if c["runner"] == name] + section["unexpected_cells"]:
+                expected = record.get("expected") or {}
+                if "reason" not in expected and expected.get("cause") in said:
+                    expected.update(said[expected["cause"]])
+        data["format"] = 2
+        (tmp_path / f"old{index}.json").write_text(json.dumps(data))
+        with gzip.open(tmp_path / data["cells_file"], "wt") as handle:
+            handle.writelines(json.dumps(c) + "\n" for c in cells)
+    old = [load_report(tmp_path / f"old{i}.json") for i in (1, 2)]
+    for report in old:
+        validate(report)
+    merged = merge_reports(old)
+    validate(merged)
+    assert all("reason" in c["expected"] for c in merged.cells if c.get("expected"))

@@ -33,6 +33,7 @@ from typing import Iterable, Optional
 
 from conformance import PACKAGE_DIR
 from conformance.files import ENCODING_ERRORS, atomic_write
+from conformance.judge import status as _status_module
 from conformance.judge.status import NON_MATCHING, PASSING, STATUSES, CellResult, Verdict
 
 EXPECTATIONS_DIR = PACKAGE_DIR / "expectations"
@@ -45,9 +46,11 @@ READABLE_FORMATS = (1, 2)
 TEMPLATE_DEFAULT = "*"
 # Engines that must match everything: no baseline may excuse them.
 STRICT_RUNNERS = frozenset({"hf", "evaluator"})
-# A checked baseline's parsed record holds while this module's checks and the marshal format are the same.
-_RECORD_SALT = hashlib.sha256(Path(__file__).read_bytes()
+# A checked baseline's parsed record holds while its checks (this module, the statuses they allow) and the
+# marshal format are the same.
+_RECORD_SALT = hashlib.sha256(Path(__file__).read_bytes() + Path(_status_module.__file__).read_bytes()
                               + f"{marshal.version} {sys.version_info[:2]}".encode()).digest()
+
 
 class ExpectationsError(ValueError):
     """A malformed expectations file (the message names the file and the problem)."""

@@ -487,8 +487,13 @@ def load_report(path) -> Report:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{path}: not a readable JSON report: {exc}") from None
-    if not isinstance(data, dict) or data.get("format") != REPORT_FORMAT:
-        raise ValueError(f"{path}: not a chatgold report of format {REPORT_FORMAT}")
+    if not isinstance(data, dict) or data.get("format") not in (2, REPORT_FORMAT):
+        raise ValueError(f"{path}: not a chatgold report of format {REPORT_FORMAT} (or 2)")
+    if data["format"] == 2:
+        # Format 2 wrote every reason inline, which format 3 still reads: the same report with no shared reasons.
+        for section in data.get("runners", {}).values():
+            section.setdefault("expected_causes", {})
+        data["format"] = REPORT_FORMAT
     cells = []
     sidecar = path.parent / data.get("cells_file", cells_path(path).name)
     if data.get("cell_records"):
