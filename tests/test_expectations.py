@@ -277,3 +277,10 @@ def test_a_checked_baseline_is_read_from_its_record(tmp_path, monkeypatch):
     for _ in range(2):
         with pytest.raises(ExpectationsError, match="status must be one of"):
             load_expectations("minijinja", tmp_path / "b")
+    # Every edit of a baseline makes a new record: the newest MAX_RECORDS are kept.
+    monkeypatch.setattr(module, "MAX_RECORDS", 3)
+    small = {"format": 2, "runner": "minijinja", "cells": {}, "causes": []}
+    for n in range(5):
+        (tmp_path / "b" / source.name).write_text(json.dumps(dict(small, note=n)))
+        load_expectations("minijinja", tmp_path / "b")
+    assert len(list((tmp_path / "cache" / "expectations").glob("*.marshal"))) == 3

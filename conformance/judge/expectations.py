@@ -48,6 +48,7 @@ TEMPLATE_DEFAULT = "*"
 STRICT_RUNNERS = frozenset({"hf", "evaluator"})
 # A checked baseline's parsed record holds while its checks (this module, the statuses they allow) and the
 # marshal format are the same.
+MAX_RECORDS = 64
 _RECORD_SALT = hashlib.sha256(Path(__file__).read_bytes() + Path(_status_module.__file__).read_bytes()
                               + f"{marshal.version} {sys.version_info[:2]}".encode()).digest()
 
@@ -244,8 +245,7 @@ def _checked_record(raw: bytes) -> Path:
 
     digest = hashlib.sha256(_RECORD_SALT)
     digest.update(raw)
-    name = digest.hexdigest()
-    return cache_root() / "expectations" / name[:2] / f"{name}.marshal"
+    return cache_root() / "expectations" / f"{digest.hexdigest()}.marshal"
 
 
 def _read_record(record: Path):
@@ -257,9 +257,13 @@ def _read_record(record: Path):
 
 
 def _write_record(record: Path, data: dict) -> None:
+    """Write the record, and keep the newest MAX_RECORDS (every edit of a baseline makes a new one)."""
     try:
         atomic_write(record, marshal.dumps(data))
-    except (OSError, ValueError):  # a cache that cannot be written costs only the time
+        records = sorted(record.parent.glob("*.marshal"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in records[MAX_RECORDS:]:
+            old.unlink()
+    except (OSError, ValueError):  # a cache that cannot be written or pruned costs only the time
         pass
 
 
