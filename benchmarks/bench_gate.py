@@ -43,6 +43,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from runners.versions import cache_root  # noqa: E402
+
+
 def _tox_runners() -> list:
     """The runners tox.ini's conformance environment checks (the gate as CI runs it), in its order."""
     text = (ROOT / "tox.ini").read_text(encoding="utf-8")
@@ -142,8 +145,7 @@ def run_gate(selection: list, report_dir: Path, env_extra: Optional[dict] = None
     env = {**os.environ, "CHATGOLD_ROOT": str(ROOT), **(env_extra or {})}  # env_extra may move the root
     # Bytecode as tox.ini's environment has it: cached outside the checkout, whatever this shell says.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env.setdefault("PYTHONPYCACHEPREFIX", os.path.join(
-        os.environ.get("CHATGOLD_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "chatgold"), "pycache"))
+    env.setdefault("PYTHONPYCACHEPREFIX", str(cache_root() / "pycache"))
     load = os.getloadavg()[0]
     started = time.perf_counter()
     with tempfile.TemporaryFile() as log:

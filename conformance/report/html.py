@@ -248,8 +248,8 @@ def _drilldown(name: str, section: dict, cells: list) -> str:
     parts.extend(_cell_detail(name, cell, index == 0) for index, cell in enumerate(shown))
     # A known cause's reason once, not in each of its cells.
     said = section.get("expected_causes", {})
-    held = sorted({c["expected"]["cause"] for c in shown
-                   if "reason" not in c.get("expected", {"reason": ""}) and c["expected"].get("cause") in said})
+    held = sorted({expected["cause"] for expected in ((c.get("expected") or {}) for c in shown)
+                   if "reason" not in expected and expected.get("cause") in said})
     if held:
         parts.append("<h4>Known causes the cells above are held against</h4><ul>" + "".join(
             f'<li id="{escape(f"expected-{name}-{cause}")}"><code>{escape(cause)}</code>: '
