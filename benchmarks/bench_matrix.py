@@ -5,7 +5,7 @@
 
 native: the engine rendering the same cells in one process, compiled templates reused, no protocol: MiniJinja
 through MiniJinjaRenderer (native MiniJinja values, as the harness renders), the evaluator through
-EvaluatorRunner.render, the reference through HFRenderer (transformers' apply_chat_template in-process), and
+EvaluatorRunner.render_in_process (what its harness process runs per cell), the reference through HFRenderer (transformers' apply_chat_template in-process), and
 @huggingface/jinja through a node loop over the harness's own engine module (benchmarks/hfjs_native.mjs).
 suite: the check path (checkrun.check_cells: render through the harness processes, read the goldens, judge every
 cell) with no result store. raw: render_many alone. v1: raw with the harness spoken to in protocol version 1
@@ -89,7 +89,8 @@ class Native:
             self.render = MiniJinjaRenderer().render
         elif spec == "evaluator":
             from runners.evaluator.runner import EvaluatorRunner
-            self.render = EvaluatorRunner().render
+            # render_in_process: EvaluatorRunner.render itself goes through a harness process.
+            self.render = EvaluatorRunner().render_in_process
         elif spec == "hf":
             from runners.hf import HFRenderer
             self.render = HFRenderer().render

@@ -15,8 +15,8 @@ from .base import Errored, Outcome, RenderRequest
 from .protocol import (
     SUPPORTED_VERSIONS,
     encode,
+    encode_outcome,
     harness_description,
-    outcome_message,
     request_from_message,
     requests_from_batch,
 )
@@ -24,6 +24,9 @@ from .protocol import (
 # Address-space cap for a harness process: a template that builds a gigantic string fails with MemoryError.
 # 2 GiB, as the evaluator's: a Python engine with its imports takes under 200 MB of it.
 DEFAULT_MEMORY_LIMIT = 2 * 1024**3
+# Conversations a harness process keeps for {"ref": K} (PROTOCOL.md, keep): a run has ~100 distinct ones, and a
+# few thousand small dicts cost the process little.
+KEEP_LIMIT = 4096
 
 
 def python_harness(module: str) -> tuple[list, dict]:
@@ -42,25 +45,30 @@ def limit_memory(limit_bytes: int = DEFAULT_MEMORY_LIMIT) -> None:
 
 
 def serve(info: dict, render: Callable[[RenderRequest], Outcome], memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
-          build: Optional[str] = None) -> None:
+          build: Optional[str] = None, keep: int = KEEP_LIMIT) -> None:
     """Answer protocol messages on stdin/stdout until `stop` or end of input, in version 1 or 2 as the client
     asks. `build` (version 2) identifies the engine build so chatgold may reuse earlier outcomes; give it only
-    when the outcome is a pure function of the build, the template and the conversation."""
+    when the outcome is a pure function of the build, the template and the conversation. `keep`: how many
+    conversations the process offers to keep (0: none)."""
     # The protocol owns the real stdout; anything an engine prints goes to stderr instead.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     sys.stdout = sys.stderr
     if memory_limit:
         limit_memory(memory_limit)
     version = 1
+    kept: dict = {}  # K -> Conversation, for batches' {"ref": K}
 
-    def answer(seq, request: RenderRequest) -> None:
+    def answer(seq, request) -> None:
+        if isinstance(request, Errored):  # a cell the batch could not name (a ref this process lacks)
+            out.write(encode_outcome(seq, request, version))
+            return
         try:
             outcome = render(request)
         except MemoryError:
             outcome = Errored("memory limit exceeded while rendering")
         except Exception as exc:  # the renderer's own bug: report it, keep serving
             outcome = Errored(f"harness failed: {type(exc).__name__}: {exc}")
-        out.write(encode(outcome_message(seq, outcome, version)))
+        out.write(encode_outcome(seq, outcome, version))
 
     for raw in sys.stdin.buffer:
         try:
@@ -74,11 +82,11 @@ def serve(info: dict, render: Callable[[RenderRequest], Outcome], memory_limit: 
                 out.write(encode({"error": f"unsupported protocol version {message.get('version')!r}"}))
                 return
             version = message["version"]
-            out.write(encode(harness_description(info, version, build)))
+            out.write(encode(harness_description(info, version, build, keep=keep)))
         elif cmd == "render":
             answer(message.get("seq"), request_from_message(message))
         elif cmd == "batch" and version >= 2:
-            for offset, request in enumerate(requests_from_batch(message)):
+            for offset, request in enumerate(requests_from_batch(message, kept if keep else None)):
                 answer(message["seq"] + offset, request)
         elif cmd == "stop":
             return

@@ -248,3 +248,112 @@ def test_a_batch_line_assembled_from_cached_conversations_is_the_encoded_batch_m
         assert encode_batch(7, requests) == encode(batch_message(7, requests))
     with pytest.raises(ValueError):
         encode_batch(1, [requests[0], RenderRequest.make("other", [])])
+
+
+KEEPER = os.path.join(os.path.dirname(__file__), "harnesses", "keeper.py")
+
+
+def _conversations(count: int) -> list:
+    from runners.base import Conversation
+
+    return [Conversation(messages=[{"role": "user", "content": f"c{c}"}]) for c in range(count)]
+
+
+def _batches(log) -> list:
+    """The cases of every batch the keeper received: "keep K", "ref K" or "full" each."""
+    batches = []
+    for line in log.read_bytes().splitlines():
+        message = json.loads(line)
+        if message.get("cmd") == "batch":
+            batches.append([f"keep {c['keep']}" if "keep" in c else f"ref {c['ref']}" if "ref" in c else "full"
+                            for c in message["cases"]])
+    return batches
+
+
+def test_a_keeping_harness_gets_each_conversation_once_and_answers_as_if_sent_in_full(tmp_path):
+    """keep: the first batch sends each conversation in full with a number, later batches send the number, and the
+    outcomes are exactly those of the same cells sent in full (the same harness offering to keep none)."""
+    conversations = _conversations(3)  # one object each, as a case's: kept by object
+    requests = [RenderRequest(f"T{t}", conversations[c]) for t in range(3) for c in range(3)]
+    log = tmp_path / "kept.log"
+    with CommandRunner([sys.executable, KEEPER, str(log), "100"], workers=1) as runner:
+        kept = [o.text.rpartition("@")[0] for o in runner.render_many(requests)]
+    assert _batches(log) == [["keep 0", "keep 1", "keep 2"], ["ref 0", "ref 1", "ref 2"], ["ref 0", "ref 1", "ref 2"]]
+    with CommandRunner([sys.executable, KEEPER, str(tmp_path / "full.log"), "0"], workers=1) as runner:
+        full = [o.text.rpartition("@")[0] for o in runner.render_many(requests)]
+    assert _batches(tmp_path / "full.log") == [["full"] * 3] * 3
+    assert kept == full == [f"T{t}:c{c}" for t in range(3) for c in range(3)]
+
+
+def test_kept_conversations_stop_at_the_harness_limit_and_start_afresh_in_a_new_process(tmp_path):
+    conversations = _conversations(3)
+    cells = lambda template: [RenderRequest(template, c) for c in conversations]  # noqa: E731
+    log = tmp_path / "kept.log"
+    with CommandRunner([sys.executable, KEEPER, str(log), "2"], workers=1) as runner:
+        first = list(runner.render_many(cells("A") + cells("B")))
+        crashed = runner.render(RenderRequest("EXIT", conversations[0]))
+        after = list(runner.render_many(cells("C")))
+    assert _batches(log) == [["keep 0", "keep 1", "full"], ["ref 0", "ref 1", "full"],
+                             ["keep 0", "keep 1", "full"]]  # the new process holds nothing: numbered afresh
+    assert isinstance(crashed, Errored)
+    assert [o.text.rpartition("@")[0] for o in first + after] == [f"{t}:c{c}" for t in "ABC" for c in range(3)]
+
+
+def test_a_ref_the_process_does_not_hold_is_that_cell_errored_and_the_batch_goes_on():
+    from runners.protocol import requests_from_batch
+
+    message = {"cmd": "batch", "seq": 1, "template": "T", "bos_token": None, "eos_token": None,
+               "cases": [{"ref": 5}, {"keep": 0, **RenderRequest.make("T", HELLO).conversation.to_dict()}]}
+    kept: dict = {}
+    cells = requests_from_batch(message, kept)
+    assert isinstance(cells[0], Errored) and "no conversation kept as 5" in cells[0].message
+    assert isinstance(cells[1], RenderRequest) and kept[0] is cells[1].conversation
+
+
+def test_keep_on_the_wire_conforms_to_the_schemas_and_the_cached_encoding_is_the_message():
+    from runners.protocol import KeptConversations, batch_message, encode_batch
+    from runners.protocol.schema import check_request, check_response
+
+    check_response("start-response", encode({"name": "e", "version": "1", "protocol": 2, "keep": 8}))
+    from runners.base import Conversation
+
+    requests = [RenderRequest("T", Conversation(messages=[{"role": "user", "content": text}]))
+                for text in ("a", "\U0001F600", "c")]
+    fast, slow = KeptConversations(2), KeptConversations(2)
+    for _ in range(2):  # kept, then by reference; the third conversation is past the limit both times
+        line = encode_batch(4, requests, kept=fast)
+        message = batch_message(4, requests, kept=slow)
+        assert line == encode(message)
+        check_request(message)
+    assert [sorted(case)[:1] for case in message["cases"]] == [["ref"], ["ref"], ["add_generation_prompt"]]
+    with pytest.raises(ProtocolError):
+        check_request({**message, "cases": [{"ref": 0, "messages": []}]})
+
+
+def test_the_validator_checks_keep_and_fails_a_harness_that_forgets(tmp_path):
+    out = io.StringIO()
+    result = protocol_validate.validate_harness([sys.executable, KEEPER, str(tmp_path / "a.log"), "16"], out=out)
+    assert "ok   keep" in out.getvalue(), out.getvalue()
+    out = io.StringIO()
+    forgetful = tmp_path / "forgetful.py"
+    forgetful.write_text(FORGETFUL.replace("KEEPER", repr(KEEPER)))
+    result = protocol_validate.validate_harness([sys.executable, str(forgetful), str(tmp_path / "b.log"), "16"],
+                                                out=out)
+    assert not result and "FAIL keep" in out.getvalue(), out.getvalue()
+
+
+# The keeper with a bug: a conversation sent by reference is rendered as an empty one.
+FORGETFUL = '''
+import runpy, sys
+import runners.protocol as protocol
+from runners.base import Conversation
+plain = protocol.requests_from_batch
+def forgetting(message, kept=None):
+    for case in message["cases"]:
+        if "ref" in case and kept is not None:
+            kept[case["ref"]] = Conversation(messages=[])
+    return plain(message, kept)
+protocol.requests_from_batch = forgetting
+sys.argv = [KEEPER] + sys.argv[1:]
+runpy.run_path(KEEPER, run_name="__main__")
+'''

@@ -63,12 +63,20 @@ class Golden:
         decoded = self._decoded
         return decoded if decoded is not None else self.data.decode("utf-8", ENCODING_ERRORS)  # raises
 
-    @cached_property
+    @property
     def _decoded(self) -> Optional[str]:
+        # Kept in the instance by hand: functools.cached_property takes a lock on every read in Python 3.11,
+        # which cost more than the comparison it serves (once per cell per runner).
         try:
-            return self.data.decode("utf-8", ENCODING_ERRORS)
+            return self.__dict__["_text"]
+        except KeyError:
+            pass
+        try:
+            decoded = self.data.decode("utf-8", ENCODING_ERRORS)
         except UnicodeDecodeError:
-            return None
+            decoded = None
+        self.__dict__["_text"] = decoded
+        return decoded
 
     def matches_text(self, text: str) -> bool:
         """Whether text's bytes are this golden's. Compared as text, decoded once for every runner judged
@@ -162,12 +170,13 @@ class GoldenStore:
                 names = frozenset(os.listdir(directory))
             except (FileNotFoundError, NotADirectoryError):
                 names = frozenset()
-            listing = self._listings[template_id] = (directory, names)
-        directory, names = listing
+            listing = self._listings[template_id] = (directory + os.sep, names)
+        prefix, names = listing
         for kind, suffix in (("rendered", RENDERED_SUFFIX), ("raised", RAISED_SUFFIX)):
-            if case_id + suffix in names:
+            name = case_id + suffix
+            if name in names:
                 try:
-                    return Golden(kind, _read_bytes(os.path.join(directory, case_id + suffix)))
+                    return Golden(kind, _read_bytes(prefix + name))
                 except (FileNotFoundError, NotADirectoryError):
                     continue
         return None

@@ -11,6 +11,7 @@ chatgold reuse a harness's earlier outcomes.
 from __future__ import annotations
 
 import json
+from json.encoder import encode_basestring_ascii as _ascii_string
 from typing import Any, Optional, Sequence
 
 from ..base import (
@@ -52,16 +53,53 @@ def render_message(seq: int, request: RenderRequest, bindings: bool = False) -> 
             "eos_token": request.eos_token, **_conversation_body(request, bindings)}
 
 
-def batch_message(seq: int, requests: Sequence[RenderRequest], bindings: bool = False) -> dict:
+def batch_message(seq: int, requests: Sequence[RenderRequest], bindings: bool = False,
+                  kept: Optional["KeptConversations"] = None) -> dict:
     """One template (with its special tokens) and several conversations; the harness answers with one
-    render response per conversation, seq, seq + 1, ... in order."""
+    render response per conversation, seq, seq + 1, ... in order. With `kept` (a harness that keeps
+    conversations, and no bindings), a conversation the process already holds goes as {"ref": K}."""
     first = requests[0]
     for request in requests[1:]:
         if (request.template, request.bos_token, request.eos_token) != (first.template, first.bos_token,
                                                                          first.eos_token):
             raise ValueError("a batch holds one template with one pair of special tokens")
+    if kept is None or bindings:
+        cases = [_conversation_body(r, bindings) for r in requests]
+    else:
+        cases = []
+        for request in requests:
+            number, known = kept.number(request.conversation)
+            if known:
+                cases.append({"ref": number})
+            else:
+                cases.append({"keep": number, **request.conversation.to_dict()} if number is not None
+                             else request.conversation.to_dict())
     return {"cmd": "batch", "seq": seq, "template": first.template, "bos_token": first.bos_token,
-            "eos_token": first.eos_token, "cases": [_conversation_body(r, bindings) for r in requests]}
+            "eos_token": first.eos_token, "cases": cases}
+
+
+class KeptConversations:
+    """The client's side of `keep` for one harness process: the number each conversation is kept under.
+
+    A run sends the same few conversations with every template; a harness that keeps them (its start response
+    says how many) gets each in full once, with "keep": K, and {"ref": K} after that, so neither side encodes
+    or parses it again. Keyed by object (id() reuse is guarded by holding the object)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self._numbers: dict = {}
+
+    def number(self, conversation: Conversation) -> tuple:
+        """(K, True) for a conversation the process holds; (K, False) for one to send with "keep": K;
+        (None, False) once the harness's limit is reached."""
+        entry = self._numbers.get(id(conversation))
+        if entry is not None and entry[0] is conversation:
+            return entry[1], True
+        if len(self._numbers) >= self.limit:
+            return None, False
+        number = len(self._numbers)
+        self._numbers[id(conversation)] = (conversation, number)
+        return number, False
 
 
 # Each conversation's JSON, by object: a run sends the same few conversations with every template, so each
@@ -81,7 +119,8 @@ def _encoded_case(conversation: Conversation) -> str:
     return text
 
 
-def encode_batch(seq: int, requests: Sequence[RenderRequest], bindings: bool = False) -> bytes:
+def encode_batch(seq: int, requests: Sequence[RenderRequest], bindings: bool = False,
+                 kept: Optional[KeptConversations] = None) -> bytes:
     """encode(batch_message(...)), byte for byte, from each conversation's cached encoding."""
     if bindings:
         return encode(batch_message(seq, requests, bindings))
@@ -93,7 +132,19 @@ def encode_batch(seq: int, requests: Sequence[RenderRequest], bindings: bool = F
         if (request.template, request.bos_token, request.eos_token) != (first.template, first.bos_token,
                                                                          first.eos_token):
             raise ValueError("a batch holds one template with one pair of special tokens")
-    cases = ",".join(_encoded_case(request.conversation) for request in requests)
+    if kept is None:
+        cases = ",".join(_encoded_case(request.conversation) for request in requests)
+    else:
+        entries = []
+        for request in requests:
+            number, known = kept.number(request.conversation)
+            if known:
+                entries.append('{"ref":%d}' % number)
+            elif number is not None:
+                entries.append('{"keep":%d,' % number + _encoded_case(request.conversation)[1:])
+            else:
+                entries.append(_encoded_case(request.conversation))
+        cases = ",".join(entries)
     return (text[:-1] + ',"cases":[' + cases + "]}\n").encode("ascii")
 
 
@@ -102,10 +153,23 @@ def request_from_message(message: dict) -> RenderRequest:
                          bos_token=message.get("bos_token"), eos_token=message.get("eos_token"))
 
 
-def requests_from_batch(message: dict) -> list[RenderRequest]:
-    return [RenderRequest(template=message["template"], conversation=Conversation.from_dict(case),
-                          bos_token=message.get("bos_token"), eos_token=message.get("eos_token"))
-            for case in message["cases"]]
+def requests_from_batch(message: dict, kept: Optional[dict] = None) -> list:
+    """The batch's cells in order: a RenderRequest each, or an Errored outcome for a {"ref": K} this process
+    does not hold. With `kept` (a harness that keeps conversations), entries carrying "keep": K are held."""
+    template, bos, eos = message["template"], message.get("bos_token"), message.get("eos_token")
+    cells: list = []
+    for case in message["cases"]:
+        if kept is not None and "ref" in case and len(case) == 1:
+            conversation = kept.get(case["ref"])
+            if conversation is None:
+                cells.append(Errored(f"protocol violation: no conversation kept as {case['ref']!r}"))
+                continue
+        else:
+            conversation = Conversation.from_dict(case)
+            if kept is not None and "keep" in case:
+                kept[case["keep"]] = conversation
+        cells.append(RenderRequest(template, conversation, bos, eos))
+    return cells
 
 
 def outcome_message(seq: int, outcome: Outcome, version: int = PROTOCOL_VERSION) -> dict:
@@ -123,6 +187,13 @@ def outcome_message(seq: int, outcome: Outcome, version: int = PROTOCOL_VERSION)
     if outcome.timed_out:
         body["timed_out"] = True
     return {"seq": seq, "errored": body}
+
+
+def encode_outcome(seq: int, outcome: Outcome, version: int = PROTOCOL_VERSION) -> bytes:
+    """encode(outcome_message(...)), byte for byte; a rendered text (most answers) without building the dict."""
+    if type(outcome) is Rendered and type(seq) is int:
+        return b'{"seq":%d,"text":%s}\n' % (seq, _ascii_string(outcome.text).encode("ascii"))
+    return encode(outcome_message(seq, outcome, version))
 
 
 def outcome_from_message(message: Any, expected_seq: int, version: int = PROTOCOL_VERSION) -> Outcome:
@@ -173,7 +244,8 @@ def start_message(version: int = PROTOCOL_VERSION) -> dict:
     return {"cmd": "start", "version": version}
 
 
-def harness_description(info: dict, version: int, build: Optional[str] = None, bindings: bool = False) -> dict:
+def harness_description(info: dict, version: int, build: Optional[str] = None, bindings: bool = False,
+                        keep: int = 0) -> dict:
     """A start response: the engine's description, plus, in version 2, what the harness speaks."""
     answer = dict(info)
     if version >= 2:
@@ -182,4 +254,6 @@ def harness_description(info: dict, version: int, build: Optional[str] = None, b
             answer["build"] = build
         if bindings:
             answer["bindings"] = True
+        if keep:
+            answer["keep"] = keep
     return answer

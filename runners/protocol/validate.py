@@ -286,8 +286,18 @@ def _check_batch(runner, render, say) -> None:
     if together != alone:
         say("FAIL", "batch", f"a batch answered {[_shown(o) for o in together]}, the same renders one by one "
                              f"{[_shown(o) for o in alone]}")
+        return
+    say("ok", "batch", f"{len(requests)} conversations, one template: the same outcomes as one by one")
+    keep = (getattr(runner, "start_answer", None) or {}).get("keep")
+    if not keep:
+        return
+    restarts = runner.restarts
+    again = list(runner.render_many(requests))  # the same conversations: sent as {"ref": K} this time
+    if runner.restarts != restarts or again != together:
+        say("FAIL", "keep", f"conversations sent by reference answered {[_shown(o) for o in again]}, sent in full "
+                            f"{[_shown(o) for o in together]}")
     else:
-        say("ok", "batch", f"{len(requests)} conversations, one template: the same outcomes as one by one")
+        say("ok", "keep", f"keeps {keep} conversations: the same outcomes sent by reference")
 
 
 EXIT_CODES = "exit status: 0 the harness conforms; 1 it does not (a FAIL line says why); 2 bad usage"
