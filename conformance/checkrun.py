@@ -112,6 +112,7 @@ class CheckRun:
     times: Optional[object] = None  # conformance.timings.StageTimes: per-stage wall/CPU for benchmarks
     _reference: object = field(default=None, init=False, repr=False)
     _lock: object = field(default_factory=threading.Lock, init=False, repr=False)
+    _judged_sections: Optional[list] = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         self.cells = list(self.cells)
@@ -140,18 +141,108 @@ class CheckRun:
 
     def _judged(self, runner, progress: Progress, expectations: Optional[Expectations]) -> RunnerResults:
         started = time.perf_counter()
-        outcomes = self.outcomes(runner, progress)
+        identity = self._judged_identity(runner)
+        if identity is None:
+            outcomes = self.outcomes(runner, progress)
+        else:
+            kept, pending = self._kept_judged(runner, identity)
+            outcomes = self._render_pending(runner, pending, progress)
         info = runner_info(runner, time.perf_counter() - started, [cell.request for cell in self.cells])
         name = str(info.get("name", "runner"))
         if expectations is None:  # a command: harness is never held against a baseline the suite ships
             directory = baseline_directory(getattr(runner, "suite_baseline", True), self.expectations_dir)
             expectations = load_expectations(name, directory)
         with timed(self.times, "judge", name):
-            results = judge_outcomes(info, self.cells, outcomes, self.judge, expectations)
+            if identity is None:
+                results = judge_outcomes(info, self.cells, outcomes, self.judge, expectations)
+            else:
+                results = RunnerResults(info, self._judge_pending(identity, name, kept, pending, outcomes),
+                                        expectations)
         if self.tokens and self.goldens is not None:
             with self.render_slot or nullcontext(), timed(self.times, "tokens", name):
                 add_token_parity(runner, self.cells, results, self.goldens, self.store, self.refresh)
         return results
+
+    # -- judged results kept in the result store (judge/judged.py) ------------------------------------------
+
+    def _judged_identity(self, runner) -> Optional[tuple]:
+        """The runner's store identity when its judged results may be kept: a result store, goldens judged by
+        the GoldenJudge (a service's own judge is not), a runner the store caches."""
+        if self.store is None or type(self.judge) is not GoldenJudge or self.goldens is None:
+            return None
+        return self.store.identity_of(runner)
+
+    def _kept_judged(self, runner, identity: tuple) -> tuple:
+        """(cell index -> kept CellResult, [(template's cell indices, file key, digest)] still to judge), each
+        template's judged file read once; with refresh nothing is read (all is rendered and judged again)."""
+        from conformance.judge.judged import decode_section
+
+        kept: dict = {}
+        pending: list = []
+        with timed(self.times, "judge", _who(runner)):
+            for indices, file_key, digest, goldens in self._sections():
+                if file_key is None:
+                    pending.append((indices, None, None))  # not keyable: judged every time
+                    continue
+                cells = [self.cells[i] for i in indices]
+                template = cells[0].template.id
+                data = None if self.refresh else self.store.read_judged(identity[0], file_key)
+                restored = None if data is None else decode_section(  # the runner's name is set once known
+                    data, digest, "", template, [cell.case.id for cell in cells], goldens)
+                if restored is None:
+                    pending.append((indices, file_key, digest))
+                else:
+                    kept.update(zip(indices, restored))
+        self.store.count_reused(len(kept))
+        return kept, pending
+
+    def _sections(self) -> list:
+        """Per template of the selection: (its cell indices, judged file key, digest, goldens), the same for every
+        runner, so made once a run; the key is None for cells the store cannot key."""
+        from conformance.judge.judged import judged_key, section_digest
+        from conformance.render.store import request_key
+
+        with self._lock:
+            if self._judged_sections is not None:
+                return self._judged_sections
+        sections = []
+        for indices in _template_runs(self.cells):
+            cells = [self.cells[i] for i in indices]
+            keys = [request_key(cell.request) for cell in cells]
+            if any(key is None for key in keys) or len({key[0] for key in keys}) != 1:
+                sections.append((indices, None, None, None))
+                continue
+            template = cells[0].template.id
+            goldens = [self.goldens(template, cell.case.id) for cell in cells]
+            sections.append((indices, judged_key(keys[0][0], template),
+                             section_digest(keys[0][0], [key[1] for key in keys], goldens), goldens))
+        with self._lock:
+            self._judged_sections = sections
+        return sections
+
+    def _render_pending(self, runner, pending: list, progress: Progress) -> list:
+        """Stage render for the cells without kept judged results."""
+        cells = [self.cells[i] for indices, _, _ in pending for i in indices]
+        if not cells:
+            return []
+        with self.render_slot or nullcontext(), timed(self.times, "render", _who(runner)):
+            return render(runner, cells, progress, self.store, self.refresh)
+
+    def _judge_pending(self, identity: tuple, name: str, kept: dict, pending: list, outcomes: list) -> list:
+        """Every cell's result in order: the kept ones, and the rest judged now (their files written again)."""
+        from conformance.judge.judged import encode_section
+
+        for result in kept.values():
+            result.runner = name
+        indices = [i for group, _, _ in pending for i in group]
+        judged = self.judge.judge(name, [(self.cells[i].template.id, self.cells[i].case.id, outcome)
+                                         for i, outcome in zip(indices, outcomes)])
+        kept.update(zip(indices, judged))
+        for group, file_key, digest in pending:
+            data = None if file_key is None else encode_section(digest, [kept[i] for i in group])
+            if data is not None:
+                self.store.write_judged(identity, file_key, data)
+        return [kept[i] for i in range(len(self.cells))]
 
     def _explain(self, results: RunnerResults, runner, spec: Optional[str], only: Optional[set]) -> None:
         options = self.explain
@@ -309,6 +400,18 @@ def analysis_sections(selection, properties: Optional[dict] = None, goldens=None
     if audit["pairs"]:
         sections["audit"] = audit
     return sections
+
+
+def _template_runs(cells: Sequence[Cell]) -> list:
+    """Indices of consecutive cells of one template (a selection's cells come template by template)."""
+    runs: list = []
+    previous = None
+    for index, cell in enumerate(cells):
+        if cell.template.id != previous:
+            runs.append([])
+            previous = cell.template.id
+        runs[-1].append(index)
+    return runs
 
 
 def check_cells(runner, cells: Sequence[Cell], judge=None, expectations_dir=None, progress: Progress = None,

@@ -65,6 +65,9 @@ from runners.base import (
 FORMAT = 1
 MAGIC = b"chatgold-results %d\n" % FORMAT
 PACK_SUFFIX = ".pack"
+# Beside a template's pack, the judged results of its cells (conformance/judge/judged.py): the store keeps, prunes
+# and clears them with the packs; what they hold is the judge's business.
+JUDGED_SUFFIX = ".judged"
 IDENTITY_FILE = "identity.json"
 LOCK_FILE = ".lock"
 MARKER_FILE = "CHATGOLD-RESULT-STORE"
@@ -72,7 +75,7 @@ MARKER_TEXT = b"chatgold result store: chatgold deletes only its own packs here\
 # One template's outcomes for one engine: a few MB in practice; anything larger is not a pack chatgold wrote.
 MAX_PACK_BYTES = 256 * 1024**2
 _DIGEST = re.compile(r"[0-9a-f]{64}\Z")
-_OWN_TEMPORARY = re.compile(r"\.(?:[0-9a-f]{64}\.pack|identity\.json)\.[A-Za-z0-9_]+\.tmp\Z")
+_OWN_TEMPORARY = re.compile(r"\.(?:[0-9a-f]{64}\.(?:pack|judged)|identity\.json)\.[A-Za-z0-9_]+\.tmp\Z")
 # A temporary older than this has no live writer: pruning removes it.
 STALE_TEMPORARY_SECONDS = 3600.0
 RESULTS_DIR_ENV = "CHATGOLD_RESULTS_DIR"
@@ -486,6 +489,11 @@ class ResultStore:
             self.counters.hits += hits
         return found
 
+    def count_reused(self, cells: int) -> None:
+        """Cells answered from the store by other means than lookup (kept judged results)."""
+        with self._lock:
+            self.counters.hits += cells
+
     def count_rendered(self, cells: int) -> None:
         with self._lock:
             self.counters.rendered += cells
@@ -561,7 +569,6 @@ class ResultStore:
     def record_capabilities(self, identity: tuple, template: str, bos_token, eos_token, caps: dict) -> None:
         self.write(identity, template_key(template), {capabilities_key(bos_token, eos_token): ["capabilities", caps]})
 
-    # housekeeping -----------------------------------------------------------------------------------------
     def _identity_dirs(self) -> list:
         """The identity folders the store made (digest names, real folders); nothing else under the root."""
         if not self.check_root():
@@ -569,9 +576,38 @@ class ResultStore:
         return [Path(entry.path) for entry in os.scandir(self.root)
                 if _is_digest(entry.name) and entry.is_dir(follow_symlinks=False)]
 
+    # judged results (conformance/judge/judged.py) ------------------------------------------------------------
+    def read_judged(self, identity: str, template: str) -> Optional[bytes]:
+        """The bytes of a template's judged file, or None (absent, unreadable, not a regular file)."""
+        if not self._ready(create=False):
+            return None
+        try:
+            return read_regular(self.root / identity / (template + JUDGED_SUFFIX), MAX_PACK_BYTES, "judged file")
+        except OSError:
+            return None
+
+    def write_judged(self, identity: tuple, template: str, data: bytes) -> None:
+        """Replace a template's judged file, atomically; a store that cannot be written is left as for packs."""
+        if not self._ready(create=True):
+            return
+        try:
+            directory = self.root / identity[0]
+            directory.mkdir(exist_ok=True)
+            _atomic_write(directory / (template + JUDGED_SUFFIX), data)
+        except OSError as exc:
+            self.give_up(f"{self.root}: cannot write ({exc.strerror or exc})")
+            return
+        with self._lock:
+            self._bytes_written += len(data)
+
+    # housekeeping -----------------------------------------------------------------------------------------
     def packs(self) -> list:
         """(path, size, mtime) of every pack (a digest-named file ending .pack in an identity folder); [] when
         there is no store or it is unusable."""
+        return self._own_files((PACK_SUFFIX,))
+
+    def _own_files(self, suffixes: tuple = (PACK_SUFFIX, JUDGED_SUFFIX)) -> list:
+        """(path, size, mtime) of every file of the store's with one of these suffixes (a digest name)."""
         found = []
         if self.unusable is not None:
             return found
@@ -582,7 +618,8 @@ class ResultStore:
         for directory in directories:
             for entry in os.scandir(directory):
                 name = entry.name
-                if (name.endswith(PACK_SUFFIX) and _is_digest(name[:-len(PACK_SUFFIX)])
+                stem, dot, suffix = name.rpartition(".")
+                if (dot and "." + suffix in suffixes and _is_digest(stem)
                         and not entry.is_dir(follow_symlinks=False)):  # a folder by that name is not the store's
                     try:
                         info = entry.stat(follow_symlinks=False)
@@ -595,11 +632,15 @@ class ResultStore:
         """Per identity: what it is, its packs, cells and bytes, when last used; and the totals."""
         self.check_root()
         identities: dict = {}
-        for path, size, mtime in self.packs():
-            row = identities.setdefault(path.parent.name, {"packs": 0, "entries": 0, "bytes": 0, "last_used": 0.0})
-            row["packs"] += 1
+        for path, size, mtime in self._own_files():
+            row = identities.setdefault(path.parent.name, {"packs": 0, "entries": 0, "bytes": 0, "judged": 0,
+                                                           "last_used": 0.0})
             row["bytes"] += size
             row["last_used"] = max(row["last_used"], mtime)
+            if path.suffix == JUDGED_SUFFIX:
+                row["judged"] += 1
+                continue
+            row["packs"] += 1
             row["entries"] += _header_entries(path)
         for digest, row in identities.items():
             try:
@@ -614,12 +655,12 @@ class ResultStore:
                 "entries": sum(r["entries"] for r in identities.values()), "identities": identities}
 
     def prune(self, max_bytes: Optional[int] = None) -> dict:
-        """Remove the least recently used packs until the store holds at most max_bytes; then stale
+        """Remove the least recently used packs and judged files until the store holds at most max_bytes; then stale
         temporaries of the store's own and identity folders left with nothing else. StoreUnusable when the
         root is not a result store (nothing is removed)."""
         limit = self.max_bytes if max_bytes is None else max_bytes
         self.check_root()
-        packs = sorted(self.packs(), key=lambda p: p[2])
+        packs = sorted(self._own_files(), key=lambda p: p[2])
         total = sum(size for _, size, _ in packs)
         removed = freed = 0
         for path, size, _ in packs:
@@ -666,7 +707,7 @@ class ResultStore:
             wrote, self._bytes_written = self._bytes_written, 0
         if not wrote or self.unusable is not None:
             return None
-        if sum(size for _, size, _ in self.packs()) <= self.max_bytes:
+        if sum(size for _, size, _ in self._own_files()) <= self.max_bytes:
             return None
         try:
             return self.prune()
@@ -678,7 +719,10 @@ class ResultStore:
         """Remove every pack, the store's temporaries and identity folders left empty; returns the number of
         packs removed. StoreUnusable when the root is not a result store (nothing is removed)."""
         self.check_root()
-        count = sum(_unlink(path) for path, _, _ in self.packs())
+        count = 0
+        for path, _, _ in self._own_files():
+            removed = _unlink(path)
+            count += removed and path.suffix == PACK_SUFFIX
         self._tidy(math.inf)
         return count
 
