@@ -113,6 +113,7 @@ class CheckRun:
     _reference: object = field(default=None, init=False, repr=False)
     _lock: object = field(default_factory=threading.Lock, init=False, repr=False)
     _judged_sections: Optional[list] = field(default=None, init=False, repr=False)
+    _sections_lock: object = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self):
         self.cells = list(self.cells)
@@ -202,9 +203,12 @@ class CheckRun:
         from conformance.judge.judged import judged_key, section_digest
         from conformance.render.store import request_key
 
-        with self._lock:
-            if self._judged_sections is not None:
-                return self._judged_sections
+        with self._sections_lock:  # every runner's thread asks at once: one computes, the others wait for it
+            if self._judged_sections is None:
+                self._judged_sections = self._make_sections(judged_key, section_digest, request_key)
+            return self._judged_sections
+
+    def _make_sections(self, judged_key, section_digest, request_key) -> list:
         sections = []
         for indices in _template_runs(self.cells):
             cells = [self.cells[i] for i in indices]
@@ -216,8 +220,6 @@ class CheckRun:
             goldens = [self.goldens(template, cell.case.id) for cell in cells]
             sections.append((indices, judged_key(keys[0][0], template),
                              section_digest(keys[0][0], [key[1] for key in keys], goldens), goldens))
-        with self._lock:
-            self._judged_sections = sections
         return sections
 
     def _render_pending(self, runner, pending: list, progress: Progress) -> list:

@@ -410,6 +410,13 @@ def pytest_collection_finish(session):
 
 
 @pytest.fixture(scope="session")
+def chatgold_case():
+    """None: a test item covers every selected case of its template (--chatgold-granularity cell parametrizes
+    this with each case id instead)."""
+    return None
+
+
+@pytest.fixture(scope="session")
 def chatgold_session(request):
     session = GateSession(request.config)
     request.config._chatgold_session = session  # for pytest_sessionfinish (the report)
@@ -501,8 +508,8 @@ def pytest_generate_tests(metafunc):
         if opt("--chatgold-granularity") == "cell":
             ids = [c.id for c in cases]
             metafunc.parametrize("chatgold_case", ids, ids=ids)
-        else:
-            metafunc.parametrize("chatgold_case", [None], ids=["all-cases"])
+        # Otherwise the chatgold_case fixture answers None (all of a template's cases) once a session: a
+        # parameter would be a fixture set up again for each of the 16,275 items.
 
 
 def _safe_id(spec: str) -> str:

@@ -78,6 +78,15 @@ class Golden:
         self.__dict__["_text"] = decoded
         return decoded
 
+    def as_rendered(self) -> Rendered:
+        """The golden's text as an engine's Rendered outcome: one object, shared by every runner whose cell matches
+        (outcomes are immutable)."""
+        try:
+            return self.__dict__["_rendered"]
+        except KeyError:
+            rendered = self.__dict__["_rendered"] = Rendered(self.text)
+            return rendered
+
     def matches_text(self, text: str) -> bool:
         """Whether text's bytes are this golden's. Compared as text, decoded once for every runner judged
         against it (the encoding is one-to-one, so equal text is equal bytes), unless the bytes do not decode."""

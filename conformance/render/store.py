@@ -11,6 +11,7 @@ Layout, under results_dir() (~/.cache/chatgold/results; $CHATGOLD_CACHE/results;
     CHATGOLD-RESULT-STORE                     the marker: this folder is a result store chatgold made
     <identity digest>/identity.json          the identity, for `chatgold cache stats`
     <identity digest>/<template sha256>.pack  one pack per template: case key -> outcome
+    <identity digest>/<digest>.judged         one per template id: its cells' judged results (judge/judged.py)
     <identity digest>/.lock                   serialises writers of this identity's packs
 
 A pack (schema: conformance/schemas/result-pack.schema.json for its body) is a magic line, one JSON header line
