@@ -144,7 +144,7 @@ def explain_with_baseline(run, engine, reference, requests: dict, cache=None, fa
     causes: dict = {cause.id: cause for cause in fresh.causes}
     unexplained = list(fresh.unexplained) + known_bare
     stale = []
-    by_key = {r.key: r for r in run.results}
+    by_key = run.by_cell
     for cell, cause_id in sorted(fast.items()):
         answer = checked.get(cause_id)
         result = by_key[cell]

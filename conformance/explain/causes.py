@@ -141,9 +141,12 @@ class Explanation:
     def annotate(self, results: Iterable) -> None:
         """Record each explained cell's cause id on its result (extra["cause"])."""
         mapping = self.cause_of()
+        if not mapping:
+            return
         for result in results:
-            if result.key in mapping:
-                result.cause = mapping[result.key]
+            cause = mapping.get((result.template_id, result.case_id))  # result.key, without a call a cell
+            if cause is not None:
+                result.cause = cause
 
     def to_dict(self) -> dict:
         return {"format": EXPLAIN_FORMAT, "runner": self.runner, "reference": self.reference,

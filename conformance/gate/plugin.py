@@ -251,7 +251,7 @@ class GateSession:
             # Judged (and explained) on this thread as soon as the engine is done; attribution waits for the
             # report.
             results = self.check.check(runner, spec)
-            found = {r.key: r.outcome for r in results.results}, results
+            found = {key: r.outcome for key, r in results.by_cell.items()}, results
         return found
 
     def _run_capabilities(self, runner):

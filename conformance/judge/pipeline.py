@@ -164,7 +164,7 @@ class RunnerResults:
     explanation: Optional[object] = None  # explain.causes.Explanation, when the explain stage ran
 
     def __post_init__(self):
-        self.by_cell = {r.key: r for r in self.results}
+        self.by_cell = {(r.template_id, r.case_id): r for r in self.results}  # r.key, without a call a cell
 
     @property
     def name(self) -> str:
