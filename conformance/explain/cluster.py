@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from functools import lru_cache
 from typing import Iterable, Optional
 
 from conformance.explain.signature import (
@@ -64,14 +65,20 @@ def _stepped_slice(template: str) -> bool:
 def constructs_of(template: str) -> list:
     """Every construct the template uses (inventory names), variables left out, plus `op:slice-step` for a
     slice with a step; [] when it does not parse."""
+    return list(_constructs(template))
+
+
+@lru_cache(maxsize=4096)
+def _constructs(template: str) -> tuple:
+    # Parsed once a template: every runner's explain stage asks of the same reproducers and templates.
     try:
         from runners.evaluator.inventory import inventory
 
         names = inventory(template).names()
         stepped = "op:slice" in names and _stepped_slice(template)
     except Exception:  # a template that does not parse (the reference's compile error is the symptom)
-        return []
-    return [n for n in names if not n.startswith("var:")] + (["op:slice-step"] if stepped else [])
+        return ()
+    return tuple(n for n in names if not n.startswith("var:")) + (("op:slice-step",) if stepped else ())
 
 
 def _path(node, scope: dict):
