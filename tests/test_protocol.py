@@ -285,6 +285,17 @@ def test_a_keeping_harness_gets_each_conversation_once_and_answers_as_if_sent_in
     assert kept == full == [f"T{t}:c{c}" for t in range(3) for c in range(3)]
 
 
+def test_a_render_that_changes_its_conversation_leaves_the_kept_one_as_sent(tmp_path):
+    """An engine handed live data may change it (a template's messages.pop()): the next template's cells still
+    get each conversation exactly as chatgold sent it."""
+    conversations = _conversations(2)
+    requests = [RenderRequest(template, c) for template in ("MUTATE", "T") for c in conversations]
+    with CommandRunner([sys.executable, KEEPER, str(tmp_path / "kept.log"), "8"], workers=1) as runner:
+        texts = [o.text.rpartition("@")[0] for o in runner.render_many(requests)]
+    assert _batches(tmp_path / "kept.log") == [["keep 0", "keep 1"], ["ref 0", "ref 1"]]
+    assert texts == ["MUTATE:", "MUTATE:", "T:c0", "T:c1"]
+
+
 def test_kept_conversations_stop_at_the_harness_limit_and_start_afresh_in_a_new_process(tmp_path):
     conversations = _conversations(3)
     cells = lambda template: [RenderRequest(template, c) for c in conversations]  # noqa: E731
@@ -307,7 +318,10 @@ def test_a_ref_the_process_does_not_hold_is_that_cell_errored_and_the_batch_goes
     kept: dict = {}
     cells = requests_from_batch(message, kept)
     assert isinstance(cells[0], Errored) and "no conversation kept as 5" in cells[0].message
-    assert isinstance(cells[1], RenderRequest) and kept[0] is cells[1].conversation
+    assert isinstance(cells[1], RenderRequest) and 0 in kept
+    again = requests_from_batch({**message, "cases": [{"ref": 0}, {"ref": 0}]}, kept)
+    assert again[0].conversation == again[1].conversation == cells[1].conversation
+    assert again[0].conversation.messages is not again[1].conversation.messages  # fresh objects each time
 
 
 def test_keep_on_the_wire_conforms_to_the_schemas_and_the_cached_encoding_is_the_message():

@@ -11,6 +11,7 @@ chatgold reuse a harness's earlier outcomes.
 from __future__ import annotations
 
 import json
+import marshal
 from json.encoder import encode_basestring_ascii as _ascii_string
 from typing import Any, Optional, Sequence
 
@@ -155,20 +156,24 @@ def request_from_message(message: dict) -> RenderRequest:
 
 def requests_from_batch(message: dict, kept: Optional[dict] = None) -> list:
     """The batch's cells in order: a RenderRequest each, or an Errored outcome for a {"ref": K} this process
-    does not hold. With `kept` (a harness that keeps conversations), entries carrying "keep": K are held."""
+    does not hold. With `kept` (a harness that keeps conversations), entries carrying "keep": K are held.
+
+    A kept conversation is held as marshal bytes and every reference gets fresh objects from them: an engine
+    handed live Python data may change it while rendering (a template's `messages.pop()`, a request layer
+    rewriting arguments in place), and one cell must never see what another did (marshal: exact types, a
+    third of the JSON parse)."""
     template, bos, eos = message["template"], message.get("bos_token"), message.get("eos_token")
     cells: list = []
     for case in message["cases"]:
         if kept is not None and "ref" in case and len(case) == 1:
-            conversation = kept.get(case["ref"])
-            if conversation is None:
+            held = kept.get(case["ref"])
+            if held is None:
                 cells.append(Errored(f"protocol violation: no conversation kept as {case['ref']!r}"))
                 continue
-        else:
-            conversation = Conversation.from_dict(case)
-            if kept is not None and "keep" in case:
-                kept[case["keep"]] = conversation
-        cells.append(RenderRequest(template, conversation, bos, eos))
+            case = marshal.loads(held)
+        elif kept is not None and "keep" in case:
+            kept[case["keep"]] = marshal.dumps(case)
+        cells.append(RenderRequest(template, Conversation.from_dict(case), bos, eos))
     return cells
 
 

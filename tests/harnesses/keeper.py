@@ -1,6 +1,7 @@
 """A harness on runners.harness.serve that keeps conversations: `keeper.py LOG N` offers to keep N, appends every
-line it receives to LOG, answers "<template>:<contents>@<pid>", and exits at once on the template EXIT (a crash
-between batches). The witness of what `keep` puts on the wire."""
+line it receives to LOG, answers "<template>:<contents>@<pid>", exits at once on the template EXIT (a crash
+between batches) and empties the messages it is handed on the template MUTATE. The witness of what `keep` puts
+on the wire."""
 import os
 import sys
 
@@ -25,6 +26,8 @@ class Tee:
 def render(request):
     if request.template == "EXIT":
         os._exit(3)
+    if request.template == "MUTATE":  # an engine that changes the data it is handed while rendering
+        request.messages.clear()
     contents = "|".join(str(m.get("content")) for m in request.messages)
     return Rendered(f"{request.template}:{contents}@{os.getpid()}")
 
