@@ -150,3 +150,13 @@ def test_a_refusal_and_an_empty_text_survive_the_round_trip():
     assert [r.to_dict() for r in back] == [r.to_dict() for r in results]
     assert back[1].output == "" and back[1].reference_message == "" and back == results
     assert decode_section(data, "another digest", "e", "t", ["a", "b"], [None, None]) is None
+
+
+def test_the_store_prunes_and_clears_judged_files_with_its_packs(tmp_path, store):
+    _check(tmp_path, store)
+    judged = list((tmp_path / "store").rglob(f"*{JUDGED_SUFFIX}"))
+    assert len(judged) == len(TEMPLATES) and store.stats()["identities"]
+    assert sum(row["judged"] for row in store.stats()["identities"].values()) == len(TEMPLATES)
+    assert store.clear() > 0
+    assert not list((tmp_path / "store").rglob(f"*{JUDGED_SUFFIX}"))
+    assert not [p for p in (tmp_path / "store").iterdir() if p.is_dir()]  # identity folders left empty go too

@@ -94,14 +94,14 @@ def encode_section(digest: str, results: Sequence[CellResult]) -> Optional[bytes
         if result.status is Status.MATCH and type(outcome) is Rendered and result.golden_kind == "rendered":
             records.append(None)  # a plain match: the outcome is the golden's text
             continue
-        fields = {}
+        values = {}
         for name in FIELDS:
             value, default = getattr(result, name), _EMPTY.get(name)
             if type(value) is not type(default) or value != default:  # "" is kept where None is the default
-                fields[name] = value.to_dict() if name == "divergence" else value
-        if fields.get("output") is not None and type(outcome) is Rendered and fields["output"] == outcome.text:
-            fields["output"] = True  # the outcome's text, not kept twice
-        records.append((str(result.status), _outcome_record(outcome), fields))
+                values[name] = value.to_dict() if name == "divergence" else value
+        if values.get("output") is not None and type(outcome) is Rendered and values["output"] == outcome.text:
+            values["output"] = True  # the outcome's text, not kept twice
+        records.append((str(result.status), _outcome_record(outcome), values))
     return zlib.compress(marshal.dumps((FORMAT, digest, records)), 1)
 
 
@@ -135,15 +135,15 @@ def _result(record, runner: str, template_id: str, case_id: str, golden) -> Cell
     if record is None:
         return _made({"runner": runner, "template_id": template_id, "case_id": case_id, "status": Status.MATCH,
                       "golden_kind": "rendered", "outcome": golden.as_rendered(), "judgement": MATCHED})
-    status_text, outcome_record, fields = record
+    status_text, outcome_record, values = record
     status = _STATUSES[status_text]
     outcome = _outcome(outcome_record)
-    fields = dict(fields)
-    divergence = fields.pop("divergence", None)
+    values = dict(values)
+    divergence = values.pop("divergence", None)
     if divergence is not None:
         divergence = Divergence(**divergence)
-    if fields.get("output") is True:
-        fields["output"] = outcome.text
+    if values.get("output") is True:
+        values["output"] = outcome.text
     return _made({"runner": runner, "template_id": template_id, "case_id": case_id, "status": status,
                   "divergence": divergence, "outcome": outcome,
-                  "judgement": Judgement(status, divergence, fields.get("note") or ""), **fields})
+                  "judgement": Judgement(status, divergence, values.get("note") or ""), **values})

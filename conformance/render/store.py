@@ -582,10 +582,14 @@ class ResultStore:
         """The bytes of a template's judged file, or None (absent, unreadable, not a regular file)."""
         if not self._ready(create=False):
             return None
+        path = self.root / identity / (template + JUDGED_SUFFIX)
         try:
-            return read_regular(self.root / identity / (template + JUDGED_SUFFIX), MAX_PACK_BYTES, "judged file")
+            data = read_regular(path, MAX_PACK_BYTES, "judged file")
+            if time.time() - os.stat(path).st_mtime > TOUCH_SECONDS:
+                os.utime(path)  # a use, for pruning (as a pack's)
         except OSError:
             return None
+        return data
 
     def write_judged(self, identity: tuple, template: str, data: bytes) -> None:
         """Replace a template's judged file, atomically; a store that cannot be written is left as for packs."""
