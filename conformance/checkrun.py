@@ -200,15 +200,15 @@ class CheckRun:
     def _sections(self) -> list:
         """Per template of the selection: (its cell indices, judged file key, digest, goldens), the same for every
         runner, so made once a run; the key is None for cells the store cannot key."""
+        with self._sections_lock:  # every runner's thread asks at once: one computes, the others wait for it
+            if self._judged_sections is None:
+                self._judged_sections = self._make_sections()
+            return self._judged_sections
+
+    def _make_sections(self) -> list:
         from conformance.judge.judged import judged_key, section_digest
         from conformance.render.store import request_key
 
-        with self._sections_lock:  # every runner's thread asks at once: one computes, the others wait for it
-            if self._judged_sections is None:
-                self._judged_sections = self._make_sections(judged_key, section_digest, request_key)
-            return self._judged_sections
-
-    def _make_sections(self, judged_key, section_digest, request_key) -> list:
         sections = []
         for indices in _template_runs(self.cells):
             cells = [self.cells[i] for i in indices]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from runners.base import Errored, Raised, Rendered, RenderRequest, Skipped
+from runners.base import Errored, Raised, RefusalKind, Rendered, RenderRequest, Skipped
 from runners.command import CommandRunner
 from runners.protocol import ProtocolError, encode, outcome_message, render_message
 from runners.protocol import validate as protocol_validate
@@ -354,20 +354,33 @@ def test_the_validator_checks_keep_and_fails_a_harness_that_forgets(tmp_path):
     result = protocol_validate.validate_harness([sys.executable, str(forgetful), str(tmp_path / "b.log"), "16"],
                                                 out=out)
     assert not result and "FAIL keep" in out.getvalue(), out.getvalue()
+    assert "sent by reference answered" in out.getvalue() and "errored" not in out.getvalue().split("FAIL keep")[1]
 
 
 # The keeper with a bug: a conversation sent by reference is rendered as an empty one.
 FORGETFUL = '''
-import runpy, sys
+import marshal, runpy, sys
 import runners.protocol as protocol
-from runners.base import Conversation
 plain = protocol.requests_from_batch
 def forgetting(message, kept=None):
     for case in message["cases"]:
         if "ref" in case and kept is not None:
-            kept[case["ref"]] = Conversation(messages=[])
+            kept[case["ref"]] = marshal.dumps({"messages": []})
     return plain(message, kept)
 protocol.requests_from_batch = forgetting
 sys.argv = [KEEPER] + sys.argv[1:]
 runpy.run_path(KEEPER, run_name="__main__")
 '''
+
+
+def test_a_rendered_answer_encoded_directly_is_the_encoded_outcome_message():
+    """encode_outcome's fast path for a rendered text gives exactly encode(outcome_message(...)), astral characters,
+    lone surrogates, U+2028 and control characters included; other outcomes take the general path."""
+    from runners.protocol import encode_outcome
+
+    for text in ("", "plain", "\U0001F600 astral", "lone \ud800", "line\u2028sep", "\x00\n\t\"\\"):
+        assert encode_outcome(7, Rendered(text)) == encode(outcome_message(7, Rendered(text)))
+    for outcome in (Raised("TypeError: x", RefusalKind.RENDER), Skipped("no"), Errored("boom", "tail", True)):
+        assert encode_outcome(3, outcome) == encode(outcome_message(3, outcome))
+    assert encode_outcome(3, Raised("m", RefusalKind.RAISE), version=1) == \
+        encode(outcome_message(3, Raised("m", RefusalKind.RAISE), 1))
