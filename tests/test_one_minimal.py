@@ -156,6 +156,36 @@ def test_the_registry_offers_every_kind_of_step():
     assert sizes == sorted(sizes)   # smallest first
 
 
+def test_a_null_or_a_boolean_shrinks_to_an_empty_string():
+    """`content: null` and a boolean argument stand for "some value" as "" does: each is offered as "" (a
+    difference needing null itself, null content printed as "", does not keep with it)."""
+    conversation = {"messages": [{"role": "assistant", "content": None,
+                                  "tool_calls": [{"function": {"name": "f", "arguments": {"on": True}}}]}],
+                    "tools": None, "documents": None, "add_generation_prompt": False,
+                    "continue_final_message": False, "kwargs": {"think": False}, "now": "2025-06-15T09:30:00+00:00"}
+    offered = [c for _, name, _, c, _ in candidates("{{ messages | tojson }}", conversation) if name == "smaller-value"]
+    message = lambda c: c["messages"][0]
+    assert any(message(c).get("content") == "" for c in offered)
+    assert any(message(c).get("tool_calls") == [{"function": {"name": "f", "arguments": {"on": ""}}}]
+               for c in offered)
+    assert any(c["kwargs"] == {"think": ""} for c in offered)
+
+
+def test_a_renamed_literal_is_held_to_the_first_edit_found_as_the_candidates_is():
+    """A candidate that shortened a literal printed beside the difference keeps it when its first edit is the
+    target's with the literal renamed: found by the same windowed, word-widened search as the candidate's own
+    (a whole-text diff's first edit is another edit here: `Xb` -> `X<b` is a change of the word, not `<`
+    inserted)."""
+    from conformance.explain.minimal import keeps
+    from conformance.explain.signature import diverged
+    from runners.base import Rendered
+
+    pair = (Rendered("Xb"), Rendered("X<b"))
+    target = diverged("Xb", "X<b")
+    assert keeps(diverged("Qb", "Q<b"), target, pair, ("X", "Q"))
+    assert not keeps(diverged("Qb", "Q>b"), target, pair, ("X", "Q"))
+
+
 def test_a_step_leaving_a_bound_name_undefined_is_no_candidate():
     """Dropping `{% set task_prompt %}...{% endset %}` while `task_prompt` is still printed would show how the
     engines print an undefined name (hfjs's `undefined` against jinja2's `Undefined`: the same quote-style first

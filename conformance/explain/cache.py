@@ -26,8 +26,9 @@ from conformance.files import ENCODING_ERRORS, atomic_write
 # smallest template on which the reference differs from it (the whole template was kept). 16: a refusal where the
 # reference refuses too is reduced past the reference's own refusal (signature.Symptom.keeps); a message's
 # reasoning under one name, and a field left unbound, own a difference; an engine keying templates by their text
-# is keyed as one that ignores the template.
-REDUCER_VERSION = 16
+# is keyed as one that ignores the template. 17: a literal renamed in a candidate is held to the first edit
+# found as the candidate's is; a null or a boolean in the conversation shrinks to "".
+REDUCER_VERSION = 17
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks
 

@@ -312,6 +312,7 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
         "groups": len(plan.groups), "reduced": len(known.tasks) - plan.probed, "probed": plan.probed,
         "cached": len(known.found),
         "renders": stats.renders, "reduction_renders": reduced.renders, "batches": stats.batches,
+        "memo_hits": stats.memo_hits,
         "renders_by_pass": dict(sorted(reduced.phases.items(), key=lambda kv: -kv[1])),
         "renders_per_group": round(reduced.renders / len(known.tasks), 1) if known.tasks else None,
         "known_first": {"tested": known.with_known, "matched": reduced.known_matched},

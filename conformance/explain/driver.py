@@ -7,9 +7,10 @@ without rendering anything a sequential reduction would not (no speculation).
 """
 from __future__ import annotations
 
+import json
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
@@ -23,15 +24,79 @@ class DriverStats:
     reference_seconds: float = 0.0
     engine_seconds: float = 0.0
     wall_seconds: float = 0.0
+    memo_hits: int = 0         # requests answered by the run's memo (rendered before by another reduction)
 
     def to_dict(self) -> dict:
-        return {"batches": self.batches, "renders": self.renders,
+        return {"batches": self.batches, "renders": self.renders, "memo_hits": self.memo_hits,
                 "reference_seconds": round(self.reference_seconds, 3),
                 "engine_seconds": round(self.engine_seconds, 3), "wall_seconds": round(self.wall_seconds, 3)}
 
 
-def render_pairs(reference, engine, requests: list, stats: Optional[DriverStats] = None) -> list:
-    """(reference outcome, engine outcome) for each request, both runners rendering concurrently."""
+class PairMemo:
+    """The (reference, engine) pairs of one run's candidates, by what decides them: template, special tokens
+    and the conversation in its own key order. Sibling groups of one template reduce through many of the same
+    candidates (the template with one node dropped, the probe, the smallest conversation); each is rendered
+    once a run. A pair with a runner error is not kept (it may not happen again). Bounded: the least recently
+    used pairs go first."""
+
+    def __init__(self, max_entries: int = 50_000):
+        self.max_entries = max_entries
+        self._pairs: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(request) -> tuple:
+        conversation = json.dumps(request.conversation.to_dict(), ensure_ascii=False, separators=(",", ":"))
+        return (request.template, request.bos_token, request.eos_token, conversation)
+
+    def get(self, key: tuple):
+        with self._lock:
+            pair = self._pairs.get(key)
+            if pair is not None:
+                self._pairs.move_to_end(key)
+            return pair
+
+    def put(self, key: tuple, pair: tuple) -> None:
+        if any(isinstance(outcome, Errored) for outcome in pair):
+            return
+        with self._lock:
+            self._pairs[key] = pair
+            self._pairs.move_to_end(key)
+            while len(self._pairs) > self.max_entries:
+                self._pairs.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+
+def render_pairs(reference, engine, requests: list, stats: Optional[DriverStats] = None,
+                 memo: Optional[PairMemo] = None) -> list:
+    """(reference outcome, engine outcome) for each request, both runners rendering concurrently. With a
+    `memo`, a request rendered before in the run (or twice in this list) is rendered once."""
+    if not requests:
+        return []
+    if memo is None:
+        return _render_both(reference, engine, requests, stats)
+    keys = [PairMemo.key(request) for request in requests]
+    known: dict = {}
+    missing: dict = {}
+    for key, request in zip(keys, requests):
+        if key in known or key in missing:
+            continue
+        pair = memo.get(key)
+        if pair is None:
+            missing[key] = request
+        else:
+            known[key] = pair
+    for key, pair in zip(missing, _render_both(reference, engine, list(missing.values()), stats)):
+        known[key] = pair
+        memo.put(key, pair)
+    if stats is not None:
+        stats.memo_hits += len(requests) - len(missing)
+    return [known[key] for key in keys]
+
+
+def _render_both(reference, engine, requests: list, stats: Optional[DriverStats] = None) -> list:
     if not requests:
         return []
     results: dict = {}
@@ -68,12 +133,15 @@ class _Active:
 def drive(tasks: Iterable[tuple], reference, engine, parallel: int = 24,
           on_done: Optional[Callable[[object, object], None]] = None,
           stats: Optional[DriverStats] = None, make: Optional[Callable] = None,
-          failed: Optional[Callable[[object, Exception], object]] = None) -> dict:
+          failed: Optional[Callable[[object, Exception], object]] = None,
+          memo: Optional[PairMemo] = None) -> dict:
     """Run (key, reduction) tasks to completion, up to `parallel` at a time; returns key -> result.
+    `memo`: the run's memo of rendered pairs (a new one for this call when not given).
 
     `make(key, reduction)` may adjust a reduction just before it starts (hints from finished ones);
     `failed(key, exception)` gives the result of a reduction that raised (default: the exception)."""
     failed = failed or (lambda key, exc: exc)
+    memo = PairMemo() if memo is None else memo
     started = time.perf_counter()
     queue = deque(tasks)
     active: list[_Active] = []
@@ -106,7 +174,7 @@ def drive(tasks: Iterable[tuple], reference, engine, parallel: int = 24,
     start_more()
     while active:
         batch = [request for entry in active for request in entry.pending]
-        pairs = render_pairs(reference, engine, batch, stats)
+        pairs = render_pairs(reference, engine, batch, stats, memo)
         offset, still = 0, []
         for entry in active:
             mine = pairs[offset:offset + len(entry.pending)]

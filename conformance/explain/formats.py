@@ -277,6 +277,7 @@ def explain_by_format(results, engine, reference, requests: dict, goldens, detec
     causes.sort(key=lambda c: (-len(c.cells), c.id))
     out = {"cells": targets, "groups": len(groups), "reduced": len(tasks), "probed": 0, "cached": 0,
            "renders": stats.renders, "reduction_renders": reduction_renders, "batches": stats.batches,
+           "memo_hits": stats.memo_hits,
            "causes": len(causes), "confirmed": len(causes), "unexplained": len(unexplained),
            "no_answer": no_answer, "by_format": True, "seconds": round(time.perf_counter() - started, 3)}
     return causes, unexplained, out

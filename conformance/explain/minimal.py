@@ -11,7 +11,7 @@ Template steps work on the tree of the exact source (template.py): a node droppe
 of its smaller forms, an expression one step simpler (a filter dropped, a path shortened: `tools[0].function`
 -> `tools[0]`), text shortened, a macro call inlined. Data steps: a message dropped, tools or documents
 dropped, a flag made false, a key dropped from any object, an item dropped from any list, a string
-shortened. A message keeps its role.
+shortened, a null or boolean made "". A message keeps its role.
 """
 from __future__ import annotations
 
@@ -149,6 +149,11 @@ def _values(value, protect_role: bool) -> Iterator[tuple]:
         for index, item in enumerate(value):
             for smaller, rename in _values(item, False):
                 yield value[:index] + [smaller] + value[index + 1:], rename
+    elif value is None or isinstance(value, bool):
+        # null, true and false stand for "some value" as "" does: a difference that needs only the field
+        # present keeps with the shortest value, and one that needs null or a boolean (null content made "")
+        # does not
+        yield "", None
     elif isinstance(value, str) and value:
         for cut in dict.fromkeys(["", value[:1], value[:len(value) // 2], value[1:], value[:-1]]):
             if cut != value:
@@ -289,7 +294,7 @@ def keeps(symptom, target, pair: tuple, rename, own: Optional[tuple] = None) -> 
     the engine's own output, whatever the template: the candidate keeps it when the engine gives the same
     answer as in `pair` and the sides still differ in the same kind. The reference's side changes with every
     template, so its first edit cannot be held (a refusal, the reference's, still must be the same)."""
-    from conformance.explain.signature import normalise_text, raw_edits
+    from conformance.explain.signature import diverged
     from conformance.judge.status import Status
 
     if symptom is None:
@@ -303,8 +308,10 @@ def keeps(symptom, target, pair: tuple, rename, own: Optional[tuple] = None) -> 
         return False
     old, new = rename
     # The pair's texts with the literal renamed where they print it, diffed again: the difference expected.
-    raw = raw_edits(pair[0].text.replace(old, new), pair[1].text.replace(old, new))
-    if raw and symptom.first == (normalise_text(raw[0][0]), normalise_text(raw[0][1])):
+    # Its first edit is found as the candidate's is (signature.diverged): the first edit of a whole-text diff
+    # is not always the windowed, slid and word-widened edit a symptom holds.
+    expected = diverged(pair[0].text.replace(old, new), pair[1].text.replace(old, new))
+    if expected.first and symptom.first == expected.first:
         return True
     # A literal the engine transforms (escapes, case) is not printed as itself on the engine's side: the same
     # first edit, its letters and digits aside, is the same difference.
