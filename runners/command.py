@@ -218,6 +218,7 @@ class HarnessProcess:
         self.seq = 0
         self.bindings = False
         self.kept = None  # KeptConversations, when the harness keeps conversations
+        self.holds = False  # the harness may hold a batch's answers (a failure in a batch is then not placed)
         try:
             self.info = self._handshake(start_timeout)
         except HarnessFailure as exc:
@@ -249,6 +250,7 @@ class HarnessProcess:
         keep = info.get("keep")
         if self.version >= 2 and not self.bindings and type(keep) is int and keep > 0:
             self.kept = KeptConversations(min(keep, KEEP_MAX))
+        self.holds = self.version >= 2 and info.get("hold") is True
         return info
 
     def _check_response(self, kind: str, line: bytes) -> None:
@@ -520,9 +522,14 @@ class CommandRunner(Runner):
 
     def _render_run(self, proc: Optional[HarnessProcess], requests: list) -> tuple:
         """(the process to keep using, outcomes) for consecutive requests sharing a template: one batch per
-        BATCH_SIZE in protocol 2. A failure costs the cell it happened on; the rest go to a fresh process."""
+        BATCH_SIZE in protocol 2. A failure costs the cell it happened on; the rest go to a fresh process.
+
+        A harness that holds a batch's answers (hold) may have rendered cells past the last answer it wrote
+        before it failed, so the failure is not placed there: the unanswered cells of that batch go to a fresh
+        process one at a time, where a failure is the cell's own, and batches resume after them."""
         outcomes: list = []
         pending = list(requests)
+        singly = 0  # cells to send one at a time (a holding harness's failed batch)
         while pending:
             if proc is None or not proc.alive():
                 if proc is not None:
@@ -532,20 +539,27 @@ class CommandRunner(Runner):
                 except RunnerUnavailable as exc:
                     outcomes.extend(Errored(str(exc)) for _ in pending)
                     return None, outcomes
-            chunk = pending[:BATCH_SIZE]
+            chunk = pending[:1] if singly else pending[:BATCH_SIZE]
             try:
                 done = proc.render_batch(chunk, self.timeout)
             except BatchFailure as exc:
                 detail = proc.stderr_tail()
+                unplaced = proc.holds and len(chunk) > 1
                 self._retire(proc)
                 proc = None
                 self.restarts += 1
                 outcomes.extend(exc.outcomes)
+                pending = pending[len(exc.outcomes):]
+                if unplaced:
+                    singly = len(chunk) - len(exc.outcomes)
+                    continue
                 outcomes.append(Errored(f"{self.name}: {exc}{memory_note(detail)}", detail, timed_out=exc.timed_out))
-                pending = pending[len(exc.outcomes) + 1:]
+                pending = pending[1:]
+                singly = max(0, singly - 1)
                 continue
             outcomes.extend(done)
             pending = pending[len(chunk):]
+            singly = max(0, singly - len(chunk))
         return proc, outcomes
 
     def _retire(self, proc: HarnessProcess) -> None:

@@ -384,3 +384,31 @@ def test_a_rendered_answer_encoded_directly_is_the_encoded_outcome_message():
         assert encode_outcome(3, outcome) == encode(outcome_message(3, outcome))
     assert encode_outcome(3, Raised("m", RefusalKind.RAISE), version=1) == \
         encode(outcome_message(3, Raised("m", RefusalKind.RAISE), 1))
+
+
+HOLDER = os.path.join(os.path.dirname(__file__), "harnesses", "holder.py")
+
+
+@pytest.mark.parametrize("failure, timed_out", [("HANG", True), ("CRASH", False)])
+def test_a_failure_inside_a_held_batch_costs_only_its_own_cell(failure, timed_out):
+    """A harness that holds a batch's answers has rendered the cells before the failing one without writing
+    them: the failure is placed by sending the unanswered cells again one at a time, so those cells render and
+    only the failing one is errored (not the first unanswered, which would be a false verdict)."""
+    contents = ["a", "b", "c", failure, "d", "e"]
+    runner = CommandRunner([sys.executable, HOLDER], timeout=2.0)
+    try:
+        outcomes = list(runner.render_many([RenderRequest.make("t", [{"role": "user", "content": c}])
+                                            for c in contents]))
+        assert runner.start_answer.get("hold") is True
+    finally:
+        runner.close()
+    failed = outcomes[3]
+    assert isinstance(failed, Errored) and failed.timed_out is timed_out, failed
+    assert [o for i, o in enumerate(outcomes) if i != 3] == [Rendered(c) for c in "abcde"]
+
+
+def test_a_version_1_start_offers_no_hold():
+    from runners.protocol import harness_description
+
+    assert "hold" not in harness_description({"name": "x", "version": "1"}, 1, hold=True)
+    assert harness_description({"name": "x", "version": "1"}, 2, hold=True)["hold"] is True

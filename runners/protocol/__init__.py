@@ -250,7 +250,7 @@ def start_message(version: int = PROTOCOL_VERSION) -> dict:
 
 
 def harness_description(info: dict, version: int, build: Optional[str] = None, bindings: bool = False,
-                        keep: int = 0) -> dict:
+                        keep: int = 0, hold: bool = False) -> dict:
     """A start response: the engine's description, plus, in version 2, what the harness speaks."""
     answer = dict(info)
     if version >= 2:
@@ -261,4 +261,6 @@ def harness_description(info: dict, version: int, build: Optional[str] = None, b
             answer["bindings"] = True
         if keep:
             answer["keep"] = keep
+        if hold:
+            answer["hold"] = True
     return answer
