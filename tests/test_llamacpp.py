@@ -310,3 +310,32 @@ def test_system_allocator_renders_the_same(llama_server_binary, monkeypatch):
             assert list(with_glibc.render_many(requests)) == expected
     finally:
         allocator.find_mimalloc.cache_clear()
+
+
+def test_a_start_that_logs_no_reason_is_started_again(llama_server_binary, tmp_path):
+    """llama.cpp's logger is not flushed at exit, so a refusing server under load can exit with code 1 and no
+    error in its log (seen in CI). The first start here exits that way; the next is the real server, whose
+    refusal is then reported as the template's, not as an engine error."""
+    marker = tmp_path / "started-once"
+    wrapper = tmp_path / "llama-server"
+    wrapper.write_text(f"#!/bin/sh\nif [ ! -e '{marker}' ]; then : > '{marker}'; "
+                       f"echo 'srv    load_model: initializing'; exit 1; fi\nexec '{llama_server_binary}' \"$@\"\n")
+    wrapper.chmod(0o755)
+    template = "{{ raise_exception('this template always refuses') }}"
+    with LlamaCppRunner(timeout=20.0, workers=1) as flaky:
+        flaky._binary = wrapper
+        outcome = flaky.render(req(template, [{"role": "user", "content": "u"}]))
+        assert isinstance(outcome, Raised) and "always refuses" in outcome.message, outcome
+        assert marker.exists() and flaky.lost_start_reasons == 1
+
+
+def test_a_start_that_never_logs_a_reason_is_an_engine_error_after_bounded_tries(tmp_path):
+    wrapper = tmp_path / "llama-server"
+    count = tmp_path / "starts"
+    wrapper.write_text(f"#!/bin/sh\necho x >> '{count}'\necho 'srv    load_model: initializing'\nexit 1\n")
+    wrapper.chmod(0o755)
+    with LlamaCppRunner(timeout=5.0, workers=1) as silent:
+        silent._binary = wrapper
+        outcome = silent.render(req("{{ messages[0].content }}", [{"role": "user", "content": "u"}]))
+        assert isinstance(outcome, Errored) and "no error logged in" in outcome.message, outcome
+        assert len(count.read_text().splitlines()) == silent.lost_start_reasons + 1 > 1

@@ -80,6 +80,8 @@ def _install_sigterm_handler() -> None:
 # llama.cpp's raise_exception throws "Jinja Exception: <message>" (common/jinja/value.cpp); its lexer and parser
 # prefix their errors with "lexer"/"parser" (common/jinja/lexer.h, parser.h: fmt_error_with_source).
 RAISE_MARKER = "Jinja Exception: "
+# A start that exits without logging why is tried this many times (ServerStartFailure.reason_lost).
+START_ATTEMPTS = 4
 COMPILE_MARKERS = ("parser", "lexer")
 
 
@@ -142,6 +144,7 @@ class LlamaCppRunner(Runner):
         self.idle_servers = 0
         self.server_starts = 0
         self.restarts = 0
+        self.lost_start_reasons = 0  # starts whose exit logged no reason, started again
         self.start_seconds = 0.0
         self._closed = False
         _live_runners.add(self)
@@ -271,8 +274,18 @@ class LlamaCppRunner(Runner):
         # Only a template that can read the clock gets libfaketime: it re-reads its timestamp file on every
         # clock read, which cost llama-server a third of its CPU when every server had it.
         clock = self._libfaketime if self.reads_clock(request.template) else None
-        server = LlamaServer(self.binary(), model, clock, start_timeout=self.start_timeout, jinja=self.jinja,
-                             extra_args=extra)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                server = LlamaServer(self.binary(), model, clock, start_timeout=self.start_timeout,
+                                     jinja=self.jinja, extra_args=extra)
+                break
+            except ServerStartFailure as exc:
+                if not exc.reason_lost or attempt == START_ATTEMPTS:
+                    if exc.reason_lost:
+                        exc.args = (f"{exc} (no error logged in {START_ATTEMPTS} starts)",)
+                    raise
+                with self._lock:
+                    self.lost_start_reasons += 1
         with self._lock:
             self.server_starts += 1
             self.start_seconds += time.monotonic() - started

@@ -81,9 +81,14 @@ class ServerFailure(Exception):
 class ServerStartFailure(ServerFailure):
     """The server exited (or never listened) before it was ready. template_refused: the template was why."""
 
-    def __init__(self, message: str, detail: str = "", timed_out: bool = False, template_refused: bool = False):
+    def __init__(self, message: str, detail: str = "", timed_out: bool = False, template_refused: bool = False,
+                 reason_lost: bool = False):
         super().__init__(message, detail, timed_out)
         self.template_refused = template_refused
+        # The server exited without logging an error: llama.cpp's logger is leaked, not flushed, at exit
+        # (common/log.cpp common_log_main, b10488 and b11434), so under load the reason can be lost. Another
+        # start of the same server is how to learn it.
+        self.reason_lost = reason_lost
 
 
 # llama.cpp's template analysis is logged at debug level only; as JSON lines its multi-line values stay whole.
@@ -174,16 +179,18 @@ class LlamaServer:
             if code is not None:
                 log = self.log_bytes()
                 refused = any(marker in log.lower() for marker in TEMPLATE_FAILURE_MARKERS)
+                lost = not refused and not any(level == "E" for level, _ in self.log_records(log))
                 raise ServerStartFailure(f"llama-server exited during start-up ({self.exit_text()}): "
-                                         f"{self.failure_reason(log)}", self.log_tail(), template_refused=refused)
+                                         f"{self.failure_reason(log)}", self.log_tail(), template_refused=refused,
+                                         reason_lost=lost)
             time.sleep(delay)
             delay = min(delay * 2, 0.05)
         raise ServerStartFailure(f"llama-server not ready within {timeout:g}s", self.log_tail(), timed_out=True)
 
     @staticmethod
-    def failure_reason(log: bytes) -> str:
-        """The most telling error of a failed start: the first about the template, else the last error."""
-        records: list = []  # log records; an error's details continue on lines without the record prefix
+    def log_records(log: bytes) -> list:
+        """[level letter, text] per log record; an error's details continue on lines without the record prefix."""
+        records: list = []
         for line in log.decode("utf-8", "replace").splitlines():
             if line.startswith("{"):  # --log-jsonl: one record per line
                 try:
@@ -197,6 +204,12 @@ class LlamaServer:
                 records.append([match.group(1), line[match.end():].strip()])
             elif records and line.strip():
                 records[-1][1] += "\n" + line.rstrip()
+        return records
+
+    @classmethod
+    def failure_reason(cls, log: bytes) -> str:
+        """The most telling error of a failed start: the first about the template, else the last error."""
+        records = cls.log_records(log)
         errors = [text for level, text in records if level == "E"]
         for text in errors:
             if any(marker.decode() in text.lower() for marker in TEMPLATE_FAILURE_MARKERS):
