@@ -66,3 +66,23 @@ def test_a_reproducer_that_no_longer_differs_is_kept_as_recorded(runners):
     new, counts, finished = finish_baseline(_baseline({"c-gone": agrees}), engine, reference)
     assert list(new.causes) == ["c-gone"] and counts["kept"] == 1
     assert "does not differ" in finished[0].kept_because
+
+
+def test_an_engine_keying_templates_by_their_text_keeps_its_causes_with_template_steps_on():
+    """paperkiln resolves its record by the sha256 of the exact template text. Finished with template steps on
+    (no --data-only), its stored causes keep their ids and titles: the finisher tells an engine that keys the
+    template by its text as a reduction does (the neutral variant), not only one that ignores any template."""
+    import json
+    from pathlib import Path
+
+    from conformance.judge.expectations import load_expectations
+
+    folder = Path(__file__).resolve().parent.parent / "conformance" / "expectations"
+    baseline = load_expectations("paperkiln", folder)
+    stored = json.loads((folder / "paperkiln.json").read_text())["causes"]
+    with get_runner("hf", workers=2) as reference, get_runner("paperkiln", workers=2) as engine:
+        new, counts, finished = finish_baseline(baseline, engine, reference)
+    assert counts["kept"] == 0 and counts["reduced"] == 0, [f.kept_because for f in finished]
+    assert counts["renamed"] == 0, [(f.old_id, f.record.id, f.record.title) for f in finished]
+    assert {c["id"]: c["title"] for c in stored} == {c.id: c.title for c in new.causes.values()}
+    assert all("ignores the template" in c.title for c in new.causes.values())

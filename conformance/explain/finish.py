@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from conformance.explain import cluster
+from conformance.explain import template as tpl
 from conformance.explain.baseline_merge import _one_cause
 from conformance.explain.causes import find_owners
 from conformance.explain.driver import render_pairs
 from conformance.explain.isolate import isolated_constructs
 from conformance.explain.minimal import _full, is_one_minimal
-from conformance.explain.reduce import PROBE_TEMPLATE, Found, _answer
+from conformance.explain.reduce import PROBE_TEMPLATE, Found, _answer, keyed_by_text
 from conformance.explain.signature import compare, outcome_record
 from conformance.judge.expectations import Expectations, KnownCause, parse_value
 from runners.base import Conversation, RenderRequest
@@ -66,14 +67,18 @@ def finish_one(cause: KnownCause, engine, reference, template: bool = True, conf
         done.kept_because = f"still shrinking after {MAX_STEPS} steps"
         return done
     case = _full(repro["case"])
-    requests = [_request(repro, repro["template"], case), _request(repro, PROBE_TEMPLATE, case)]
-    (ref, eng), (probe_ref, probe_eng) = render_pairs(reference, confirm or engine, requests)
+    requests = [_request(repro, repro["template"], case), _request(repro, PROBE_TEMPLATE, case),
+                _request(repro, tpl.neutral_variant(repro["template"]), case)]
+    (ref, eng), (probe_ref, probe_eng), variant_pair = render_pairs(reference, confirm or engine, requests)
     symptom = compare(ref, eng)
     if symptom is None or not symptom.differs:
         done.kept_because = "the finished reproducer did not differ when rendered again"
         return done
-    # data steps only (`template=False`): the engine never evaluates the template (it keys it by its text)
-    ignores = not template or (_answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref))
+    # As a reduction decides it (Reduction.template_ignored, template_sensitive): the engine ignores the
+    # template (the plain-text probe answers alike), or keys it by its exact text (the neutral variant does
+    # not); `template=False` (data steps only) says so outright.
+    ignores = not template or (_answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref)) \
+        or keyed_by_text((ref, eng), variant_pair, symptom)
     found = Found(requests[0], ref, eng, symptom, 0, True, ignores_template=ignores)
     find_owners({cause.id: found}, reference, confirm or engine)
     # keyed by the culprit a reproducer with several shows alone (isolate.py), rendered on the engine itself

@@ -73,6 +73,18 @@ class NotReproduced:
     renders: int
 
 
+def keyed_by_text(pair: Pair, variant_pair: Pair, target: Symptom) -> bool:
+    """Whether the engine keys the template by its exact text, from the pairs of a template and of its neutral
+    variant (template.neutral_variant: the same template in other bytes): the reference answers both alike
+    while the engine's answer changes and loses the `target` difference. A reference that prints the variant
+    differently says nothing: not keyed."""
+    (ref, eng), (variant_ref, variant_eng) = pair, variant_pair
+    if _answer(ref) != _answer(variant_ref) or _answer(eng) == _answer(variant_eng):
+        return False
+    symptom = compare(variant_ref, variant_eng)
+    return not (symptom is not None and symptom.keeps(target))
+
+
 def _answer(outcome: Outcome) -> tuple:
     """An outcome as equality of answers sees it."""
     return outcome.kind, getattr(outcome, "text", None), getattr(outcome, "message", None)
@@ -201,14 +213,9 @@ class Reduction:
         every whitespace mode; should the reference print it differently all the same, the probe says nothing
         and the template is reduced."""
         variant = tpl.neutral_variant(source)
-        (ref, eng), (probe_ref, probe_eng) = yield from self.render(
+        pair, variant_pair = yield from self.render(
             [self._request(source, conversation), self._request(variant, conversation)])
-        if _answer(ref) != _answer(probe_ref):
-            return True
-        if _answer(eng) == _answer(probe_eng):
-            return True
-        symptom = compare(probe_ref, probe_eng)
-        return symptom is not None and symptom.keeps(self.target)
+        return not keyed_by_text(pair, variant_pair, self.target)
 
     # -- the whole reduction ---------------------------------------------------------------------------
     def run(self) -> Steps:
