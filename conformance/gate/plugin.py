@@ -14,6 +14,7 @@ from typing import Optional
 
 import pytest
 
+from conformance.background import Job
 from runners import REFERENCE_RUNNER
 
 
@@ -63,31 +64,6 @@ def select(config):
     except ValueError as exc:
         raise pytest.UsageError(f"--chatgold-shard: {exc}") from None
     return config._chatgold_selection
-
-
-class _Job:
-    """Work for the whole selection on a background thread; result() waits for it and re-raises its error."""
-
-    def __init__(self, name: str, work):
-        self._work = work
-        self._value = None
-        self._error: Optional[BaseException] = None
-        self._done = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=f"chatgold-{name}", daemon=True)
-
-    def _run(self) -> None:
-        try:
-            self._value = self._work()
-        except BaseException as exc:  # handed to whoever waits for the result
-            self._error = exc
-        finally:
-            self._done.set()
-
-    def result(self):
-        self._done.wait()
-        if self._error is not None:
-            raise self._error
-        return self._value
 
 
 CAPABILITIES_JOB = "capabilities"
@@ -198,7 +174,7 @@ class GateSession:
             if self._agreement_spec is not None:
                 self._job(AGREEMENT_JOB)
 
-    def _job(self, spec: str) -> _Job:
+    def _job(self, spec: str) -> Job:
         with self._lock:
             job = self._jobs.get(spec)
         if job is not None:
@@ -224,8 +200,7 @@ class GateSession:
         with self._lock:
             job = self._jobs.get(spec)
             if job is None:
-                job = self._jobs[spec] = _Job(spec, work)
-                job.thread.start()
+                job = self._jobs[spec] = Job(spec, work).start()
         return job
 
     def _timed(self, stage: str, who: str = ""):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import json
-import threading
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Iterable, Optional
 
 import orjson
 
+from conformance.background import Job
 from conformance.files import ENCODING_ERRORS
 from conformance.judge.status import (
     NO_ANSWER,
@@ -523,8 +523,9 @@ def _cell_line(record: dict) -> bytes:
 
 def _document_bytes(data: dict) -> bytes:
     """report.json's bytes: orjson (a sixth of json's time on the full gate's 50 MB), json where orjson
-    refuses (a lone surrogate, a non-string key). The two differ only in how a float is spelt (1e-05 /
-    0.00001), the same number to any JSON reader."""
+    refuses (a lone surrogate, a non-string key). They differ in how a float is spelt (1e-05 / 0.00001, the
+    same number to any JSON reader) and in NaN and infinity, which orjson writes as null where json writes
+    NaN, which is not JSON."""
     try:
         return orjson.dumps(data)
     except orjson.JSONEncodeError:
@@ -559,7 +560,7 @@ def write_outputs(report: Report, json_path=None, junit_path=None, markdown_path
     # report.json and its sidecar are written on a second thread while the other outputs render on this one:
     # zlib lets go of the GIL, so compressing the full gate's ~560 MB of cell records (1.8 CPU-s) overlaps the
     # HTML, JUnit and Markdown rendering. Both threads only read the report.
-    json_job = _Job(write_json, report, json_path) if json_path else None
+    json_job = Job("report-json", lambda: write_json(report, json_path)).start() if json_path else None
 
     def write_text(path, produce) -> None:
         target = Path(path)
@@ -580,23 +581,3 @@ def write_outputs(report: Report, json_path=None, junit_path=None, markdown_path
         json_paths = json_job.result() if json_job is not None else []  # waited for also on an error
     return json_paths + written
 
-
-class _Job:
-    """fn(*args) on a thread of its own; result() waits for it and raises what it raised."""
-
-    def __init__(self, fn, *args):
-        self._value, self._error = None, None
-        self._thread = threading.Thread(target=self._run, args=(fn, args), name="chatgold-report-json", daemon=True)
-        self._thread.start()
-
-    def _run(self, fn, args) -> None:
-        try:
-            self._value = fn(*args)
-        except BaseException as exc:  # handed to the caller in result()
-            self._error = exc
-
-    def result(self):
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return self._value

@@ -280,10 +280,11 @@ class LlamaCppRunner(Runner):
                                      jinja=self.jinja, extra_args=extra)
                 break
             except ServerStartFailure as exc:
-                if not exc.reason_lost or attempt == START_ATTEMPTS:
-                    if exc.reason_lost:
-                        exc.args = (f"{exc} (no error logged in {START_ATTEMPTS} starts)",)
+                if not exc.reason_lost:
                     raise
+                if attempt == START_ATTEMPTS:
+                    raise ServerStartFailure(f"{exc} (no error logged in {START_ATTEMPTS} starts)",
+                                             exc.detail) from exc
                 with self._lock:
                     self.lost_start_reasons += 1
         with self._lock:
