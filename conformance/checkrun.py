@@ -19,6 +19,7 @@ import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Optional, Sequence
 
 from conformance.judge.expectations import Expectations, baseline_directory, load_expectations
@@ -122,7 +123,11 @@ class CheckRun:
             self.judge = GoldenJudge(self.goldens)
         elif self.goldens is None:
             self.goldens = getattr(self.judge, "goldens", None)  # None: judged elsewhere (a service)
-        self.requests = requests_by_cell(self.cells)
+
+    @cached_property
+    def requests(self) -> dict:
+        """(template id, case id) -> request, for the stages that look cells up (explain, attribution)."""
+        return requests_by_cell(self.cells)
 
     # -- one runner ------------------------------------------------------------------------------------------
 

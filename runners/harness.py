@@ -50,12 +50,13 @@ def limit_memory(limit_bytes: int = DEFAULT_MEMORY_LIMIT) -> None:
 
 
 def serve(info: dict, render: Callable[[RenderRequest], Outcome], memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
-          build: Optional[str] = None, keep: int = KEEP_LIMIT, hold: bool = True) -> None:
+          build: Optional[str] = None, keep: int = KEEP_LIMIT, hold: bool = True, fresh: bool = True) -> None:
     """Answer protocol messages on stdin/stdout until `stop` or end of input, in version 1 or 2 as the client
     asks. `build` (version 2) identifies the engine build so chatgold may reuse earlier outcomes; give it only
     when the outcome is a pure function of the build, the template and the conversation. `keep`: how many
     conversations the process offers to keep (0: none). `hold` (version 2): hold a batch's answers and write
-    them together."""
+    them together. `fresh=False`: `render` only reads the request (never changes its data), so a kept
+    conversation is shared by the cells that refer to it (requests_from_batch)."""
     # The protocol owns the real stdout; anything an engine prints goes to stderr instead.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
     sys.stdout = sys.stderr
@@ -108,7 +109,7 @@ def serve(info: dict, render: Callable[[RenderRequest], Outcome], memory_limit: 
         elif cmd == "render":
             answer(message.get("seq"), request_from_message(message))
         elif cmd == "batch" and version >= 2:
-            for offset, request in enumerate(requests_from_batch(message, kept if keep else None)):
+            for offset, request in enumerate(requests_from_batch(message, kept if keep else None, fresh)):
                 answer(message["seq"] + offset, request, holding=hold)
             write_held()
         elif cmd == "stop":

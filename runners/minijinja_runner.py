@@ -359,10 +359,18 @@ class MiniJinjaRunner(BindingRunner):
     """The minijinja binding isolated in a harness process; `version` picks a PyPI release of the binding."""
 
 
+def reads_requests_only(renderer) -> bool:
+    """Whether `renderer` only reads what it is handed. MiniJinja's own request path does: the data reaches the
+    template as literals the engine builds its own values from (render_native), so cells may share a kept
+    conversation. A product's `prepare` or `finish` may change what it is handed, so those get fresh data."""
+    kind = type(renderer)
+    return all(getattr(kind, step) is getattr(MiniJinjaRenderer, step) for step in ("prepare", "finish", "render"))
+
+
 def serve_renderer(renderer) -> None:
     from .harness import serve
 
-    serve(renderer.info(), renderer.render)
+    serve(renderer.info(), renderer.render, fresh=not reads_requests_only(renderer))
 
 
 def main() -> None:

@@ -67,10 +67,9 @@ class Golden:
     def _decoded(self) -> Optional[str]:
         # Kept in the instance by hand: functools.cached_property takes a lock on every read in Python 3.11,
         # which cost more than the comparison it serves (once per cell per runner).
-        try:
-            return self.__dict__["_text"]
-        except KeyError:
-            pass
+        cached = self.__dict__.get("_text", _UNREAD)  # not try/except: the first read of each golden misses
+        if cached is not _UNREAD:
+            return cached
         try:
             decoded = self.data.decode("utf-8", ENCODING_ERRORS)
         except UnicodeDecodeError:
@@ -164,11 +163,10 @@ class GoldenStore:
 
     def __call__(self, template_id: str, case_id: str) -> Optional[Golden]:
         key = (template_id, case_id)
-        try:
-            return self._cache[key]
-        except KeyError:
+        golden = self._cache.get(key, _UNREAD)  # not try/except: in a first run every lookup misses
+        if golden is _UNREAD:
             golden = self._cache[key] = self._read(template_id, case_id)
-            return golden
+        return golden
 
     def _read(self, template_id: str, case_id: str) -> Optional[Golden]:
         listing = self._listings.get(template_id)
@@ -189,6 +187,9 @@ class GoldenStore:
                 except (FileNotFoundError, NotADirectoryError):
                     continue
         return None
+
+
+_UNREAD = object()
 
 
 def _read_bytes(path: str) -> bytes:

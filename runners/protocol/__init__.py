@@ -154,14 +154,15 @@ def request_from_message(message: dict) -> RenderRequest:
                          bos_token=message.get("bos_token"), eos_token=message.get("eos_token"))
 
 
-def requests_from_batch(message: dict, kept: Optional[dict] = None) -> list:
+def requests_from_batch(message: dict, kept: Optional[dict] = None, fresh: bool = True) -> list:
     """The batch's cells in order: a RenderRequest each, or an Errored outcome for a {"ref": K} this process
     does not hold. With `kept` (a harness that keeps conversations), entries carrying "keep": K are held.
 
     A kept conversation is held as marshal bytes and every reference gets fresh objects from them: an engine
     handed live Python data may change it while rendering (a template's `messages.pop()`, a request layer
     rewriting arguments in place), and one cell must never see what another did (marshal: exact types, a
-    third of the JSON parse)."""
+    third of the JSON parse). `fresh=False` is for an engine that only reads what it is handed (it copies the
+    data into its own values first): the Conversation is built once and every reference shares it."""
     template, bos, eos = message["template"], message.get("bos_token"), message.get("eos_token")
     cells: list = []
     for case in message["cases"]:
@@ -170,8 +171,15 @@ def requests_from_batch(message: dict, kept: Optional[dict] = None) -> list:
             if held is None:
                 cells.append(Errored(f"protocol violation: no conversation kept as {case['ref']!r}"))
                 continue
+            if not fresh:
+                cells.append(RenderRequest(template, held, bos, eos))
+                continue
             case = marshal.loads(held)
         elif kept is not None and "keep" in case:
+            if not fresh:
+                conversation = kept[case["keep"]] = Conversation.from_dict(case)
+                cells.append(RenderRequest(template, conversation, bos, eos))
+                continue
             kept[case["keep"]] = marshal.dumps(case)
         cells.append(RenderRequest(template, Conversation.from_dict(case), bos, eos))
     return cells
