@@ -362,11 +362,11 @@ FORGETFUL = '''
 import marshal, runpy, sys
 import runners.protocol as protocol
 plain = protocol.requests_from_batch
-def forgetting(message, kept=None):
+def forgetting(message, kept=None, fresh=True):
     for case in message["cases"]:
         if "ref" in case and kept is not None:
             kept[case["ref"]] = marshal.dumps({"messages": []})
-    return plain(message, kept)
+    return plain(message, kept, fresh)
 protocol.requests_from_batch = forgetting
 sys.argv = [KEEPER] + sys.argv[1:]
 runpy.run_path(KEEPER, run_name="__main__")
