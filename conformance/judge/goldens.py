@@ -32,6 +32,7 @@ RENDERED_SUFFIX = ".txt"
 RAISED_SUFFIX = ".raised.txt"
 CAPABILITIES_FILE = "capabilities.json"
 PROPERTIES_FILE = "properties.json"
+_UNREAD = object()  # a cache slot not filled yet (None is an answer: no golden)
 
 
 def goldens_dir() -> Path:
@@ -187,9 +188,6 @@ class GoldenStore:
                 except (FileNotFoundError, NotADirectoryError):
                     continue
         return None
-
-
-_UNREAD = object()
 
 
 def _read_bytes(path: str) -> bytes:

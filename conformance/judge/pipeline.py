@@ -15,7 +15,7 @@ from typing import Callable, Iterable, Iterator, Optional, Protocol, Sequence
 
 from conformance.files import ENCODING_ERRORS
 from conformance.judge.classify import result_for
-from conformance.judge.expectations import TEMPLATE_DEFAULT, Expectations, verdict
+from conformance.judge.expectations import Expectations, verdict
 from conformance.judge.goldens import Golden, GoldenStore
 from conformance.judge.status import (
     CellResult,
@@ -187,16 +187,9 @@ def apply_expectations(results: Iterable[CellResult], expectations: Expectations
     """Give every result its verdict (and the expectation it was held against). A cell the baseline does not
     know as it is, but whose explained root cause (extra["cause"]) the baseline knows, is held against that
     cause."""
-    cells, causes = expectations.cells, expectations.causes
     for result in results:
-        if result.status is Status.MATCH and result.cause is None:
-            cases = cells.get(result.template_id)
-            if not cases or (result.case_id not in cases and TEMPLATE_DEFAULT not in cases):
-                # Most cells: a pass the baseline says nothing of (what verdict() and the lines below conclude).
-                result.verdict, result.expectation = Verdict.EXPECTED_PASS, None
-                continue
         expectation = expectations.get(result.template_id, result.case_id)
-        result.verdict = verdict(result, expectation, causes)
+        result.verdict = verdict(result, expectation, expectations.causes)
         cause = result.cause
         if (cause and result.verdict == Verdict.EXPECTED_FAIL
                 and (expectation is None or expectation.status != result.status
