@@ -31,7 +31,8 @@ BUGS = ["tojson-sorts-keys", "tojson-escapes-html", "tojson-ignores-indent", "no
         "no-raise-exception", "no-strftime-now", "null-keys-kept", "null-content-empty", "loop-last-early",
         "trim-keeps-newlines", "iterable-false-on-strings", "str-plus-list-allowed", "bos-doubled",
         "generation-prompt-ignored", "no-string-test", "eos-token-unbound", "tool-arguments-parsed",
-        "developer-as-system", "empty-tools-as-none", "continue-rebuilt"]
+        "developer-as-system", "empty-tools-as-none", "continue-rebuilt", "message-keys-dropped",
+        "one-part-content-flattened", "text-parts-joined"]
 COMBINATIONS = [tuple(sorted(random.Random(seed).sample(BUGS, 3))) for seed in range(10)]
 
 

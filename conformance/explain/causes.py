@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
-from conformance.explain import cluster, formats, isolate
+from conformance.explain import cluster, formats, isolate, seen
 from conformance.explain.cache import ExplainCache, code_identity, runner_identity
 from conformance.explain.driver import DriverStats, drive, render_pairs
 from conformance.explain.reduce import (
@@ -690,6 +690,48 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
         for (key, trigger), outcome in zip(stand_in_owners, reference.render_many(stand_in)):
             if isinstance(outcome, Rendered) and outcome.text == found[key].engine.text:
                 owned.setdefault(key, set()).add(trigger)
+    for key, triggers in owned.items():
+        found[key].owner = tuple(sorted(triggers))
+    _owned_by_what_is_seen({key: repro for key, repro in found.items() if not repro.owner}, reference, engine,
+                           stats)
+
+
+def _owned_by_what_is_seen(found: dict, reference, engine, stats: Optional[DriverStats] = None) -> None:
+    """The reproducers whose data the engine was given otherwise (seen.py: one probe template a reproducer, both
+    sides rendering it with the reproducer's data) and whose difference that owns: the case without the paths
+    of one change, both sides rendered again, agree. A key the engine dropped must also leave the engine's own
+    answer as it was (it never saw the key), so the reference without it prints what the engine printed:
+    the rebuilt request, not the template, is the bug, and every template that reads it is one cause. A
+    refusal counts here as output does: a template's own `raise_exception()` for a key the engine dropped is
+    the drop's."""
+    probes, keys = [], []
+    for key, repro in found.items():
+        if repro.ignores_template:
+            continue
+        paths = seen.paths_of(repro.request.conversation.to_dict())
+        if paths:
+            probes.append(replace(repro.request, template=seen.probe_template(paths)))
+            keys.append((key, paths))
+    if not probes:
+        return
+    batch, tried = [], []
+    for (key, paths), (ref, eng) in zip(keys, render_pairs(reference, engine, probes, stats)):
+        if not (isinstance(ref, Rendered) and isinstance(eng, Rendered)):
+            continue
+        by_trigger: dict = {}
+        for trigger, concrete in seen.changes(paths, ref.text, eng.text):
+            by_trigger.setdefault(trigger, []).append(concrete)
+        case = found[key].request.conversation.to_dict()
+        for trigger, concretes in by_trigger.items():
+            batch.append(_with_case(found[key].request, seen.without(case, concretes)))
+            tried.append((key, trigger))
+    owned: dict = {}
+    for (key, trigger), pair in zip(tried, render_pairs(reference, engine, batch, stats)):
+        if not _answered(pair) or _differs(pair):
+            continue
+        if trigger.endswith("=dropped") and _answer(pair[1]) != _answer(found[key].engine):
+            continue
+        owned.setdefault(key, set()).add(trigger)
     for key, triggers in owned.items():
         found[key].owner = tuple(sorted(triggers))
 

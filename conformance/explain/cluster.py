@@ -26,6 +26,7 @@ import re
 from functools import lru_cache
 from typing import Iterable, Optional
 
+from conformance.explain import seen
 from conformance.explain.signature import (
     Symptom,
     first_line,
@@ -616,8 +617,12 @@ def owner_subject(owner: Iterable[str]) -> str:
             said.append(f"`{name}` unbound when the request has none")
         elif trigger.startswith("role="):
             said.append(f"a `{trigger[len('role='):]}` message")
+        elif seen.is_seen(trigger):
+            said.append(seen.subject(trigger))
         else:
             said.append(f"a null in `{trigger[:-len('=null')]}`")
+    if all(seen.is_seen(trigger) for trigger in owner):
+        return " with ".join(said)   # says itself that it is the request's data, rebuilt
     return " with ".join(said) + " (the request's data, whatever the template does with it)"
 
 
@@ -633,6 +638,9 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
     the engine's handling of that data, keyed by it alone: a continued final message rebuilt by the engine
     shows through every template differently, and is one bug."""
     if owner and not ignores_template:
+        if all(seen.is_seen(trigger) for trigger in owner):
+            # the request rebuilt before the template runs: one bug whatever each template makes of it
+            return f"owned:{'+'.join(owner)}"
         if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
             return f"owned:{'+'.join(owner)}#refuses|{_QUOTED.sub(chr(39) + '…' + chr(39), symptom.refusal)}"
         return f"owned:{'+'.join(owner)}#output"

@@ -60,6 +60,9 @@ BUGS = {
     "length-counts-bytes": "|length of a string counts its UTF-8 bytes, not its characters",
     "no-caller-variables": "the request layer passes the template none of the caller's own variables (kwargs)",
     "null-tools-unbound": "a request without tools leaves `tools` unbound instead of binding none (R7 not applied)",
+    "message-keys-dropped": "the request layer rebuilds each message from its role and content only",
+    "one-part-content-flattened": "a content list of one text part reaches the template as that part's text",
+    "text-parts-joined": "a message's several text parts reach the template as one part, joined with a space",
     "reasoning-not-aliased": "a message's reasoning reaches the template only under the name the request used "
                              "(R11 not applied)",
 }
@@ -202,7 +205,7 @@ def _plant(bugs: frozenset) -> None:
             conversation["kwargs"] = {}
         if "empty-tools-as-none" in bugs and conversation.get("tools") == []:
             conversation["tools"] = None
-        if bugs & {"tool-arguments-parsed", "developer-as-system"} and all(isinstance(m, dict) for m in messages):
+        if bugs & REQUEST_LAYER and all(isinstance(m, dict) for m in messages):
             messages = [_adapted(m, bugs) for m in messages]
             conversation["messages"] = messages
         if "null-content-empty" in bugs and all(isinstance(m, dict) for m in messages):
@@ -236,8 +239,22 @@ def _plant(bugs: frozenset) -> None:
     minimal_harness.render_with_engine = buggy
 
 
+REQUEST_LAYER = frozenset({"tool-arguments-parsed", "developer-as-system", "message-keys-dropped",
+                           "one-part-content-flattened", "text-parts-joined"})
+
+
 def _adapted(message: dict, bugs: frozenset) -> dict:
     """A message as the request layer of an engine with these bugs hands it over."""
+    if "message-keys-dropped" in bugs:
+        message = {k: v for k, v in message.items() if k in ("role", "content")}
+    content = message.get("content")
+    texts = [part.get("text") for part in content if isinstance(part, dict) and part.get("type") == "text"] \
+        if isinstance(content, list) else []
+    if "text-parts-joined" in bugs and len(texts) > 1 and len(texts) == len(content) and \
+            all(isinstance(t, str) for t in texts):
+        message = dict(message, content=[{"type": "text", "text": " ".join(texts)}])
+    elif "one-part-content-flattened" in bugs and len(texts) == 1 == len(content) and isinstance(texts[0], str):
+        message = dict(message, content=texts[0])
     if "developer-as-system" in bugs and message.get("role") == "developer":
         message = dict(message, role="system")
     calls = message.get("tool_calls")

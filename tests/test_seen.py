@@ -1,0 +1,67 @@
+"""The probe of what a template is given (conformance/explain/seen.py), on real engines: an HF-faithful engine is
+given every case's data as the reference is, and mistral.rs's request layer (its reproduction, checked against
+the wheel in test_mistralrs.py) is seen dropping message keys and flattening one-part content."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from conformance.explain import seen
+from conformance.judge.pipeline import Selection
+from runners import get_runner
+
+
+@pytest.fixture(scope="module")
+def probes():
+    cells = Selection.load(["qwen-qwen2.5-7b-instruct"]).cells()
+    out = []
+    for cell in cells:
+        paths = seen.paths_of(cell.request.conversation.to_dict())
+        if paths:
+            out.append((cell.request.case_id, paths, replace(cell.request, template=seen.probe_template(paths))))
+    with get_runner("hf", workers=2) as reference:
+        answers = list(reference.render_many([request for _, _, request in out]))
+    return out, answers
+
+
+def _changes(name, probes) -> dict:
+    out, answers = probes
+    with get_runner(name) as engine:
+        outcomes = list(engine.render_many([request for _, _, request in out]))
+    found = {}
+    for (case_id, paths, _), ref, eng in zip(out, answers, outcomes):
+        if ref.kind == eng.kind == "rendered":
+            found[case_id] = [trigger for trigger, _ in seen.changes(paths, ref.text, eng.text)]
+    return found
+
+
+def test_an_hf_faithful_engine_is_given_the_reference_s_data(probes):
+    found = _changes("evaluator", probes)
+    assert len(found) >= 85
+    assert {case: triggers for case, triggers in found.items() if triggers} == {}
+
+
+def test_mistralrs_is_seen_rebuilding_messages(probes):
+    found = _changes("mistralrs", probes)
+    assert "seen:messages[].*=dropped" in found["tool-call-args-string"]
+    flattened = [case for case, triggers in found.items() if "seen:messages[].content=list>string" in triggers]
+    assert flattened
+    # and nothing where the request has only roles and string contents
+    assert found["chat-single-user"] == []
+
+
+def test_changes_name_the_shallowest_path_and_the_dropped_key_s_parent():
+    case = {"messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                         {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "w"}}]}]}
+    paths = seen.paths_of(case)
+    import jinja2
+
+    template = jinja2.Environment().from_string(seen.probe_template(paths))
+    given = template.render(**case)
+    rebuilt = template.render(messages=[{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}])
+    assert seen.changes(paths, given, given) == []
+    assert seen.changes(paths, given, rebuilt) == [
+        ("seen:messages[].content=list>string", ("messages", 0, "content")),
+        ("seen:messages[].*=dropped", ("messages", 1, "tool_calls"))]
+    assert seen.without(case, [("messages", 1, "tool_calls")])["messages"][1] == {"role": "assistant", "content": ""}
