@@ -65,3 +65,9 @@ def test_changes_name_the_shallowest_path_and_the_dropped_key_s_parent():
         ("seen:messages[].content=list>string", ("messages", 0, "content")),
         ("seen:messages[].*=dropped", ("messages", 1, "tool_calls"))]
     assert seen.without(case, [("messages", 1, "tool_calls")])["messages"][1] == {"role": "assistant", "content": ""}
+
+
+def test_taking_out_list_items_leaves_the_others_in_place():
+    case = {"messages": [{"role": "user", "content": str(i)} for i in range(12)]}
+    kept = seen.without(case, [("messages", 9), ("messages", 10)])["messages"]
+    assert [m["content"] for m in kept] == [str(i) for i in range(12) if i not in (9, 10)]

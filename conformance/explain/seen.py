@@ -115,7 +115,8 @@ def without(case: dict, concretes: Iterable[tuple]) -> dict:
     """The case with each concrete path taken out (a key removed, a list item left out)."""
     out = json.loads(json.dumps(case))
     # deepest and last first, so that taking out one list item does not move another
-    for concrete in sorted(concretes, key=lambda c: (len(c), [str(p) for p in c]), reverse=True):
+    order = lambda c: (len(c), tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in c))  # noqa: E731
+    for concrete in sorted(concretes, key=order, reverse=True):
         parent = out
         try:
             for step in concrete[:-1]:
