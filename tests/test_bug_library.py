@@ -32,7 +32,8 @@ BUGS = ["tojson-sorts-keys", "tojson-escapes-html", "tojson-ignores-indent", "no
         "trim-keeps-newlines", "iterable-false-on-strings", "str-plus-list-allowed", "bos-doubled",
         "generation-prompt-ignored", "no-string-test", "eos-token-unbound", "tool-arguments-parsed",
         "developer-as-system", "empty-tools-as-none", "continue-rebuilt", "message-keys-dropped",
-        "one-part-content-flattened", "text-parts-joined"]
+        "one-part-content-flattened", "text-parts-joined", "date-string-bound",
+        "data-keys-sorted"]
 COMBINATIONS = [tuple(sorted(random.Random(seed).sample(BUGS, 3))) for seed in range(10)]
 
 
@@ -109,7 +110,10 @@ def test_three_bugs_are_three_causes(bugs, cells, reference, alone):
     results, failing, explanation = _explained(bugs, cells, reference)
     assert explanation.unexplained == []
     assert failing == {cell for cause in explanation.causes for cell in cause.cells}
-    assert len(explanation.causes) == len(bugs), _describe(explanation)
+    # A bug none of whose cells is its own (every one also fails through another planted bug, which shows first:
+    # a doubled BOS before a bound `date_string`) may be found under the other's cause: a cell has one cause.
+    separable = [bug for bug in bugs if _only(bug, bugs, alone)]
+    assert len(separable) <= len(explanation.causes) <= len(bugs), _describe(explanation)
     matched = set()
     for cause in explanation.causes:
         cells_ = set(cause.cells)
@@ -117,7 +121,7 @@ def test_three_bugs_are_three_causes(bugs, cells, reference, alone):
                   and _only(bug, bugs, alone) <= cells_]
         assert len(owners) == 1, f"{cause.title}: not one planted bug's cells ({owners})"
         matched.add(owners[0])
-    assert matched == set(bugs)
+    assert set(separable) <= matched <= set(bugs)
 
 
 def _only(bug, bugs, alone) -> set:

@@ -124,3 +124,26 @@ def test_read_paths_keep_a_name_only_some_branches_bind_as_data():
     # a reproducer's data takes the branch it needs: read as bound, never as a global the engine binds
     branch = "{% if messages[0].role == 'system' %}{% set s = messages[0].content %}{% endif %}{{ s }}"
     assert cluster.read_paths(branch, {"messages": [{"role": "system", "content": ""}]}) == ["messages[].*"]
+
+
+def test_a_printed_mapping_in_the_engine_s_own_quotes_is_one_cause_whatever_it_reads():
+    """mistral.rs's MiniJinja prints a mapping or list with its strings in double quotes where Python's repr uses
+    single ones: how the engine prints a value, one cause whichever data the template prints (it was one a
+    path)."""
+    reference, engine = get_runner("hf", workers=1), get_runner("mistralrs", workers=1)
+    try:
+        tools = [{"type": "function", "function": {"name": "f", "parameters": {"properties": {}}}}]
+        requests = [RenderRequest(template, Conversation(messages=[{"role": "user", "content": "hi"}], tools=tools,
+                                                                add_generation_prompt=True), None, None, "t", "c")
+                    for template in ("{{ messages }}", "{{ tools[0].function }}", "{% set m = messages[0] %}{{ m }}")]
+        keys = set()
+        for request, (ref, eng) in zip(requests, render_pairs(reference, engine, requests)):
+            symptom = compare(ref, eng)
+            assert symptom is not None and symptom.differs and cluster.difference_class(ref.text, eng.text) == "quotes"
+            keys.add(cluster.cause_key(symptom, cluster.constructs_of(request.template), ref, eng,
+                                       paths=cluster.read_paths(request.template, request.conversation.to_dict()),
+                                       case=request.conversation.to_dict()))
+        assert len(keys) == 1, keys
+    finally:
+        reference.close()
+        engine.close()

@@ -133,3 +133,30 @@ def test_a_reduction_renders_candidates_in_process_and_confirms_every_cause_on_l
         assert engine.server_starts - starts <= 3 * len(explanation.causes)
         for cause in explanation.causes:  # what a cause shows is the real server's outcome
             assert engine.render(cause.found.request) == cause.found.engine
+
+
+def test_what_the_template_is_given_is_the_same_in_process_and_on_llama_server(harness_binary):
+    """The probe of each case's data (conformance/explain/seen.py), rendered in process and on llama-server:
+    the same answer for every case, so a request-layer change the reducer finds is the server's. It does find
+    some (the server's parser re-serialises tool-call arguments): the check sees data being rebuilt."""
+    from dataclasses import replace
+
+    from conformance.explain import seen
+    from conformance.judge.pipeline import Selection
+    from runners import get_runner
+
+    probes = []
+    for cell in Selection.load(["qwen-qwen2.5-7b-instruct"]).cells():
+        paths = seen.paths_of(cell.request.conversation.to_dict())
+        if paths:
+            probes.append((paths, replace(cell.request, template=seen.probe_template(paths))))
+    requests = [request for _, request in probes]
+    with LlamaCppRunner(workers=2) as server, LlamaCppInprocRunner(workers=2) as ours, \
+            get_runner("hf", workers=2) as reference:
+        theirs, mine = list(server.render_many(requests)), list(ours.render_many(requests))
+        references = list(reference.render_many(requests))
+    assert len(requests) >= 85 and theirs == mine
+    changed = {trigger for (paths, _), ref, eng in zip(probes, references, theirs)
+               if isinstance(ref, Rendered) and isinstance(eng, Rendered)
+               for trigger, _ in seen.changes(paths, ref.text, eng.text)}
+    assert "seen:messages[].tool_calls[].function.arguments=mapping>string" in changed

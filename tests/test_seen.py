@@ -71,3 +71,37 @@ def test_taking_out_list_items_leaves_the_others_in_place():
     case = {"messages": [{"role": "user", "content": str(i)} for i in range(12)]}
     kept = seen.without(case, [("messages", 9), ("messages", 10)])["messages"]
     assert [m["content"] for m in kept] == [str(i) for i in range(12) if i not in (9, 10)]
+
+
+def test_a_top_level_list_is_a_path_of_its_own():
+    case = {"messages": [{"role": "user", "content": "hi"}], "tools": []}
+    paths = seen.paths_of(case)
+    assert [p[1] for p in paths if len(p[1]) == 1] == [("messages",), ("tools",)]
+    # the engine given no tools where the request has an empty list
+    ref = "".join("l0;" if p[1] == ("tools",) else "x;" for p in paths)
+    eng = "".join("n;" if p[1] == ("tools",) else "x;" for p in paths)
+    assert seen.changes(paths, ref, eng) == [("seen:tools=list>none", ("tools",))]
+    eng = "".join("u;" if p[1] == ("tools",) else "x;" for p in paths)
+    assert seen.changes(paths, ref, eng) == [("seen:tools=dropped", ("tools",))]
+
+
+def test_a_list_given_as_a_string_is_tried_as_its_parts_text():
+    case = {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}
+    assert [v["messages"][0]["content"] for v in seen.joined(case, ("messages", 0, "content"))] == ["ab", "a b", "a\nb"]
+    assert seen.joined({"messages": [{"content": [{"type": "image"}]}]}, ("messages", 0, "content")) == []
+
+
+def test_a_mapping_given_in_another_key_order_is_probed_and_shown_to_the_reference_so():
+    case = {"messages": [{"role": "user", "content": "hi"}],
+            "tools": [{"type": "function", "function": {"parameters": {}, "name": "f", "description": "d"}}]}
+    paths = seen.ordered_paths(seen.paths_of(case))
+    assert [p[1] for p in paths] == [("messages", 0), ("tools", 0), ("tools", 0, "function")]
+    template = seen.order_template(paths)
+    # the reference is given the request's order; an engine rebuilding the function as a struct is not
+    assert seen.order_changes(paths, "ab;ab;abc;", "ab;ab;abc;") == []
+    [(trigger, concrete, keys)] = seen.order_changes(paths, "ab;ab;abc;", "ab;ab;bca;")
+    assert (trigger, concrete, keys) == (seen.ORDER, ("tools", 0, "function"), ["name", "description", "parameters"])
+    assert list(seen.reordered(case, [(trigger, concrete, keys)])["tools"][0]["function"]) == keys
+    assert "{% for k in tools[0][\"function\"] %}" in template
+    # a key the engine added is no reordering of the request's
+    assert seen.order_changes(paths, "ab;ab;abc;", "ab;ab;abc?;") == []

@@ -27,8 +27,9 @@ from conformance.files import ENCODING_ERRORS, atomic_write
 # reference refuses too is reduced past the reference's own refusal (signature.Symptom.keeps); a message's
 # reasoning under one name, and a field left unbound, own a difference; an engine keying templates by their text
 # is keyed as one that ignores the template. 17: a literal renamed in a candidate is held to the first edit
-# found as the candidate's is; a null or a boolean in the conversation shrinks to "".
-REDUCER_VERSION = 17
+# found as the candidate's is; a null or a boolean in the conversation shrinks to "". 18: a transplanted hint's
+# template is reduced further (it was kept whole: a macro that only carried a value stayed).
+REDUCER_VERSION = 18
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks
 

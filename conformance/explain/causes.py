@@ -692,8 +692,44 @@ def find_owners(found: dict, reference, engine, stats: Optional[DriverStats] = N
                 owned.setdefault(key, set()).add(trigger)
     for key, triggers in owned.items():
         found[key].owner = tuple(sorted(triggers))
+    _owned_by_what_is_bound({key: repro for key, repro in found.items() if not repro.owner}, reference, engine,
+                            stats)
     _owned_by_what_is_seen({key: repro for key, repro in found.items() if not repro.owner}, reference, engine,
                            stats)
+
+
+def _owned_by_what_is_bound(found: dict, reference, engine, stats: Optional[DriverStats] = None) -> None:
+    """The reproducers whose difference is a global the engine binds where the request gives none
+    (cluster.bound_names): the template reading another name instead, one nobody binds, both sides rendered,
+    leaves no difference (each name alone first, then all of them). Keyed by the names alone (cluster.cause_key),
+    whatever the template does with them: `if enable_thinking` printing a space and `enable_thinking is defined`
+    printing a `<` are one engine binding `enable_thinking`. A control (the template with a name no one reads
+    bound first) must answer as the reproducer did: an engine that keys templates by their text answers
+    otherwise for any other text, and a rename then says nothing."""
+    batch, tried, controls = [], [], []
+    for key, repro in found.items():
+        if repro.ignores_template or repro.symptom.status not in (Status.DIVERGED, Status.ENGINE_RENDERED):
+            continue
+        request = repro.request
+        names = cluster.bound_names(request.template, request.conversation.to_dict(), request.bos_token,
+                                    request.eos_token)
+        if not names:
+            continue
+        for chosen in [[name] for name in names] + ([names] if len(names) > 1 else []):
+            batch.append(replace(request, template=cluster.renamed(request.template, chosen)))
+            tried.append((key, tuple(chosen)))
+        controls.append(replace(request, template=cluster.rebound(request.template,
+                                                                  cluster.CONTROL_NAME + cluster.UNBOUND)))
+    if not batch:
+        return
+    keys = list(dict.fromkeys(key for key, _ in tried))
+    pairs = render_pairs(reference, engine, batch + controls, stats)
+    blind = {key for key, pair in zip(keys, pairs[len(batch):])
+             if (_answer(pair[0]), _answer(pair[1])) != (_answer(found[key].reference), _answer(found[key].engine))}
+    for (key, chosen), pair in zip(tried, pairs[:len(batch)]):
+        if key in blind or found[key].owner or not _answered(pair) or _differs(pair):
+            continue
+        found[key].owner = tuple(cluster.BINDS + name for name in chosen)
 
 
 def _owned_by_what_is_seen(found: dict, reference, engine, stats: Optional[DriverStats] = None) -> None:
@@ -714,7 +750,7 @@ def _owned_by_what_is_seen(found: dict, reference, engine, stats: Optional[Drive
             keys.append((key, paths))
     if not probes:
         return
-    batch, tried = [], []
+    batch, tried, stand_in, stand_in_owners = [], [], [], []
     for (key, paths), (ref, eng) in zip(keys, render_pairs(reference, engine, probes, stats)):
         if not (isinstance(ref, Rendered) and isinstance(eng, Rendered)):
             continue
@@ -725,6 +761,19 @@ def _owned_by_what_is_seen(found: dict, reference, engine, stats: Optional[Drive
         for trigger, concretes in by_trigger.items():
             batch.append(_with_case(found[key].request, seen.without(case, concretes)))
             tried.append((key, trigger))
+            if trigger.endswith("=list>string") and len(concretes) == 1:
+                # an engine that needs the key (mistral.rs refuses a message without content) cannot be shown
+                # the case without it: the reference given the parts' text instead, printing what the engine
+                # printed, shows the change is the difference
+                for variant in seen.joined(case, concretes[0]):
+                    stand_in.append(_with_case(found[key].request, variant))
+                    stand_in_owners.append((key, trigger))
+            if trigger.endswith("=dropped") and concretes == [(concretes[0][0],)]:
+                # a top-level field dropped: the reference taking it out binds it as none (R7), the engine left
+                # it unbound, so the reference reads it under a name nobody binds instead
+                request = found[key].request
+                stand_in.append(replace(request, template=cluster.renamed(request.template, [concretes[0][0]])))
+                stand_in_owners.append((key, trigger))
     owned: dict = {}
     for (key, trigger), pair in zip(tried, render_pairs(reference, engine, batch, stats)):
         if not _answered(pair) or _differs(pair):
@@ -732,8 +781,50 @@ def _owned_by_what_is_seen(found: dict, reference, engine, stats: Optional[Drive
         if trigger.endswith("=dropped") and _answer(pair[1]) != _answer(found[key].engine):
             continue
         owned.setdefault(key, set()).add(trigger)
+    if stand_in:
+        for (key, trigger), outcome in zip(stand_in_owners, reference.render_many(stand_in)):
+            if _answer(outcome) == _answer(found[key].engine):
+                owned.setdefault(key, set()).add(trigger)
     for key, triggers in owned.items():
-        found[key].owner = tuple(sorted(triggers))
+        # a top-level field the engine dropped is the field left unbound, as where the request has it as none
+        # (find_owners' `tools=unbound`): mistral.rs binds `tools` only when the list is not empty
+        found[key].owner = tuple(sorted(_as_unbound(trigger) for trigger in triggers))
+    _owned_by_key_order({key: repro for key, repro in found.items() if not repro.owner}, reference, engine, stats)
+
+
+def _as_unbound(trigger: str) -> str:
+    path, _, change = trigger[len(seen.PREFIX):].rpartition("=")
+    return path + cluster.UNBOUND if change == "dropped" and path in seen.TOPS else trigger
+
+
+def _owned_by_key_order(found: dict, reference, engine, stats: Optional[DriverStats] = None) -> None:
+    """The reproducers whose mappings the engine was given in another key order (seen.order_template: one probe
+    a reproducer, both sides) and whose difference that owns: the reference given the case with those mappings
+    in the engine's order prints exactly what the engine printed. Nothing can be taken out here (the keys are
+    all there), so the reference is shown what the engine was."""
+    probes, keys = [], []
+    for key, repro in found.items():
+        if repro.ignores_template or not isinstance(repro.engine, Rendered):
+            continue
+        paths = seen.ordered_paths(seen.paths_of(repro.request.conversation.to_dict()))
+        if paths:
+            probes.append(replace(repro.request, template=seen.order_template(paths)))
+            keys.append((key, paths))
+    if not probes:
+        return
+    stand_in, owners = [], []
+    for (key, paths), (ref, eng) in zip(keys, render_pairs(reference, engine, probes, stats)):
+        if not (isinstance(ref, Rendered) and isinstance(eng, Rendered)):
+            continue
+        changes = seen.order_changes(paths, ref.text, eng.text)
+        if changes:
+            case = found[key].request.conversation.to_dict()
+            stand_in.append(_with_case(found[key].request, seen.reordered(case, changes)))
+            owners.append((key, (seen.ORDER,)))
+    if stand_in:
+        for (key, triggers), outcome in zip(owners, reference.render_many(stand_in)):
+            if _answer(outcome) == _answer(found[key].engine):
+                found[key].owner = triggers
 
 
 def _with_case(request: RenderRequest, case: dict) -> RenderRequest:

@@ -79,7 +79,10 @@ def _constructs(template: str) -> tuple:
         stepped = "op:slice" in names and _stepped_slice(template)
     except Exception:  # a template that does not parse (the reference's compile error is the symptom)
         return ()
-    return tuple(n for n in names if not n.startswith("var:")) + (("op:slice-step",) if stepped else ())
+    # a carriage return in the template's own text: engines differ in whether they read it as a newline
+    # (Jinja2 turns `\r\n` and `\r` into `\n`)
+    carriage = ("text:carriage-return",) if "\r" in template else ()
+    return tuple(n for n in names if not n.startswith("var:")) + (("op:slice-step",) if stepped else ()) + carriage
 
 
 def _path(node, scope: dict):
@@ -386,7 +389,9 @@ def reads_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
     nothing); [] otherwise."""
     if ignores_template or not paths or culprits(constructs) or symptom.status != Status.DIVERGED:
         return []
-    return [] if difference_class(reference.text, engine.text) == "whitespace" else list(paths)
+    # whitespace, or quotes (a printed mapping or list in the engine's own repr): how the engine prints,
+    # whichever value it prints
+    return [] if difference_class(reference.text, engine.text) in ("whitespace", "quotes") else list(paths)
 
 
 def tested_reads(symptom: Symptom, constructs: Iterable[str], paths: Optional[list],
@@ -524,6 +529,52 @@ def rebound(template: str, trigger: str) -> str:
     return "{% set " + trigger[:-len(UNBOUND)] + " = none %}{{ '' }}" + template
 
 
+# A global the engine binds where the request gives none (`enable_thinking`, `date_string`, `bos_token` as none):
+# owned by that binding when the template reading another name, one nobody binds, leaves no difference.
+BINDS = "binds:"
+RENAMED = "_chatgold_unbound"
+_TAG = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+_STRING = r"\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'"
+
+
+def bound_names(template: str, case: Optional[dict], bos_token: Optional[str], eos_token: Optional[str]) -> list:
+    """The bare names a template reads that the request does not give (read_paths' roots, not a conversation
+    field or kwarg; `bos_token`/`eos_token` only where the request has none): what an engine may bind on its
+    own."""
+    given = set(case or {}) | set((case or {}).get("kwargs") or {}) | REQUEST_NAMES
+    given |= {name for name, token in (("bos_token", bos_token), ("eos_token", eos_token)) if token is not None}
+    roots = {re.match(r"\w*", path).group(0) for path in read_paths(template, case)}
+    return sorted(name for name in roots if name and name not in given | _JINJA_NAMES and name != CONTROL_NAME)
+
+
+# Names Jinja itself binds inside a template or every engine has as a global: renaming one changes what the
+# template does, not what the engine was given.
+_JINJA_NAMES = frozenset({"loop", "caller", "varargs", "kwargs", "self", "super", "range", "namespace", "dict",
+                          "lipsum", "cycler", "joiner", "raise_exception", "strftime_now", "true", "false", "none",
+                          "True", "False", "None"})
+
+
+def renamed(template: str, names: Iterable[str]) -> str:
+    """The template with each of `names` read (and set) under another name no one binds: every bare use inside
+    a tag, never an attribute (`x.name`), a keyword argument (`f(name=1)`) or text in quotes."""
+    names = list(names)
+    if not names:
+        return template
+    word = re.compile(rf"({_STRING})|(?<![\w.])({'|'.join(map(re.escape, names))})\b(\s*=(?!=))?")
+    fresh = {name: f"{RENAMED}{index}" for index, name in enumerate(names)}
+
+    def in_tag(tag) -> str:
+        text = tag.group(0)
+        setting = text.lstrip("{%-+ \t\n").startswith(("set ", "set\t"))
+
+        def one(match) -> str:
+            if match.group(1) or (match.group(3) and not setting):
+                return match.group(0)
+            return fresh[match.group(2)] + (match.group(3) or "")
+        return word.sub(one, text)
+    return _TAG.sub(in_tag, template)
+
+
 def ownable(case: Optional[dict]) -> list:
     """The triggers of a reproducer's data (triggers) that can be taken out of it to see whether they own its
     difference: a flag set, an uncommon role, a null, tool-call arguments as a JSON string, a message's
@@ -614,13 +665,17 @@ def owner_subject(owner: Iterable[str]) -> str:
             said.append("a message's reasoning under one of its names")
         elif trigger.endswith(UNBOUND):
             name = trigger[:-len(UNBOUND)]
-            said.append(f"`{name}` unbound when the request has none")
+            said.append(f"`{name}` left unbound where the reference binds it")
         elif trigger.startswith("role="):
             said.append(f"a `{trigger[len('role='):]}` message")
         elif seen.is_seen(trigger):
             said.append(seen.subject(trigger))
+        elif trigger.startswith(BINDS):
+            said.append(f"`{trigger[len(BINDS):]}`")
         else:
             said.append(f"a null in `{trigger[:-len('=null')]}`")
+    if all(trigger.startswith(BINDS) for trigger in owner):
+        return ", ".join(said) + " (a global the conversation does not set)"
     if all(seen.is_seen(trigger) for trigger in owner):
         return " with ".join(said)   # says itself that it is the request's data, rebuilt
     return " with ".join(said) + " (the request's data, whatever the template does with it)"
@@ -638,6 +693,9 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
     the engine's handling of that data, keyed by it alone: a continued final message rebuilt by the engine
     shows through every template differently, and is one bug."""
     if owner and not ignores_template:
+        if all(trigger.startswith(BINDS) for trigger in owner):
+            # the engine binds a global the request does not give: one bug whatever the template makes of it
+            return f"{','.join(owner)}#diverges|binds"
         if all(seen.is_seen(trigger) for trigger in owner):
             # the request rebuilt before the template runs: one bug whatever each template makes of it
             return f"owned:{'+'.join(owner)}"
@@ -692,7 +750,8 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
             kind = "diverges|text"
         else:
             kind = "diverges|" + cls
-            if cls in ("omits", "adds", "text", "case", "quotes"):
+            # quotes: the engine's repr of a printed mapping or list, whichever strings it holds
+            if cls in ("omits", "adds", "text", "case") or (cls == "quotes" and names):
                 kind += "|" + "|".join(sorted({f"{shape(d)}>{shape(i)}" for d, i in pairs}))
     if case is not None and not ignores_template and symptom.status in (Status.DIVERGED, Status.ENGINE_RENDERED):
         data = triggers(case)
@@ -720,6 +779,7 @@ _SUBJECT = {
     "method": lambda n: f"`.{n}()`",
     "global": lambda n: f"`{n}()`",
     "loop": lambda n: f"`loop.{n}`",
+    "text": lambda n: {"carriage-return": "a carriage return (`\\r`) in the template's text"}.get(n, n),
     "call": lambda n: {"macro": "a macro call", "caller": "`caller()`"}.get(n, "a call"),
     "ws": lambda n: {"trim-left": "`{%-`", "trim-right": "`-%}`", "keep-left": "`{%+`",
                      "keep-right": "`+%}`"}.get(n, n),

@@ -247,11 +247,12 @@ class Reduction:
                 self.phase = "hint"
                 tree, settled = yield from self.apply_hints(tree, conversation)
             if settled:
-                # The transplanted hint is, text for text, another reduction's final template (1-minimal there):
-                # only the case is left to shrink.
+                # The transplanted hint is, text for text, another reduction's final template: 1-minimal for
+                # that difference there, not always for this one (a macro that carried a value there may carry
+                # nothing here), so the template passes still run on it, cheaply on a small template.
                 self.phase = "case"
                 conversation = yield from self.reduce_case(tpl.source_of(tree), conversation)
-            for _ in range(0 if settled else MAX_ROUNDS):
+            for _ in range(MAX_ROUNDS):
                 before = _canonical(conversation)
                 if self.reduce_template:
                     for name in ("coverage", "relevance", "hdd", "blocks", "inline", "expressions", "texts"):

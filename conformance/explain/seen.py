@@ -50,7 +50,9 @@ def paths_of(case: dict) -> list:
 
     for top in TOPS:
         value = case.get(top)
-        if isinstance(value, list) and value:
+        if isinstance(value, list):
+            # the list itself too: a request layer may drop an empty `tools` or merge messages
+            out.append((top, (top,), top, (), value))
             walk(value, top, (top,), top, 0, ())
     return out[:MAX_PATHS]
 
@@ -100,7 +102,8 @@ def changes(paths: list, reference_text: str, engine_text: str) -> list:
             continue
         covered.append(concrete)
         if theirs == "u":
-            change, normal = "dropped", normal.rsplit(".", 1)[0] + ".*" if isinstance(concrete[-1], str) else normal
+            keyed = isinstance(concrete[-1], str) and len(concrete) > 1
+            change, normal = "dropped", normal.rsplit(".", 1)[0] + ".*" if keyed else normal
         elif mine == "u":
             change = "added"
         elif mine[0] != theirs[0]:
@@ -127,6 +130,97 @@ def without(case: dict, concretes: Iterable[tuple]) -> dict:
     return out
 
 
+MAX_ORDERED = 24   # mappings an order probe looks at
+ORDER = PREFIX + "*=order"
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def ordered_paths(paths: list) -> list:
+    """The paths (paths_of) holding a mapping of 2 to 26 keys, every key a literal (_literal): those whose key
+    order a request layer may change (a tool schema rebuilt through a typed struct prints its fields in the
+    struct's order)."""
+    out = []
+    for path in paths:
+        value = path[4]
+        if isinstance(value, dict) and 2 <= len(value) <= len(_LETTERS) and \
+                all(isinstance(key, str) and _literal(key) is not None for key in value):
+            out.append(path)
+    return out[:MAX_ORDERED]
+
+
+def order_template(paths: list) -> str:
+    """The template that prints, for each mapping of `paths` (ordered_paths), the request's position of each
+    key in the order the template is given them (a letter a key, `?` for one the request lacks), `;`-separated.
+    Apart from the first probe: an engine that cannot loop over a mapping refuses this one only."""
+    fields = []
+    for e, _, _, guard, value in paths:
+        tests = "".join(f"{{% {'if' if i == 0 else 'elif'} k == {_literal(key)} %}}{_LETTERS[i]}"
+                        for i, key in enumerate(value))
+        field = f"{{% for k in {e} %}}{tests}{{% else %}}?{{% endif %}}{{% endfor %}}"
+        guard = guard + (f"{e} is defined", f"{e} is mapping")
+        fields.append(f"{{% if {' and '.join(guard)} %}}{field}{{% else %}}x{{% endif %}};")
+    return "".join(fields)
+
+
+def order_changes(paths: list, reference_text: str, engine_text: str) -> list:
+    """(trigger, concrete path, the keys in the engine's order) for each mapping the engine was given the same
+    keys of in another order, while the reference was given the request's."""
+    ref, eng = _fields(reference_text, len(paths)), _fields(engine_text, len(paths))
+    if ref is None or eng is None:
+        return []
+    out = []
+    for (_, concrete, normal, _, value), mine, theirs in zip(paths, ref, eng):
+        keys = list(value)
+        if mine != _LETTERS[:len(keys)] or theirs == mine or sorted(theirs) != sorted(mine):
+            continue
+        # one trigger for every mapping: a request layer that does not keep key order (a JSON value type
+        # without it, a typed struct) reorders whichever mappings it rebuilds, and that is one bug
+        out.append((ORDER, concrete, [keys[_LETTERS.index(c)] for c in theirs]))
+    return out
+
+
+def reordered(case: dict, changes: Iterable[tuple]) -> dict:
+    """The case with each mapping of `changes` (order_changes) rebuilt in the engine's key order."""
+    out = json.loads(json.dumps(case))
+    for _, concrete, keys in sorted(changes, key=lambda change: len(change[1])):
+        parent = out
+        for step in concrete[:-1]:
+            parent = parent[step]
+        mapping = parent[concrete[-1]]
+        parent[concrete[-1]] = {key: mapping[key] for key in keys}
+    return out
+
+
+JOINS = ("", " ", "\n")
+
+
+def joined(case: dict, concrete: tuple) -> list:
+    """The case with the list at `concrete` given as the text of its parts, joined each way a request layer
+    joins them (JOINS): what a `list>string` change may have made of it. [] when it holds anything but text."""
+    value = case
+    try:
+        for step in concrete:
+            value = value[step]
+    except (KeyError, IndexError, TypeError):
+        return []
+    if not isinstance(value, list):
+        return []
+    texts = [part if isinstance(part, str) else part.get("text") if isinstance(part, dict) else None
+             for part in value]
+    if any(not isinstance(text, str) for text in texts):
+        return []
+    out = []
+    for join in JOINS if len(texts) > 1 else JOINS[:1]:
+        variant = json.loads(json.dumps(case))
+        parent = variant
+        for step in concrete[:-1]:
+            parent = parent[step]
+        parent[concrete[-1]] = join.join(texts)
+        out.append(variant)
+    return out
+
+
 def is_seen(trigger: str) -> bool:
     return trigger.startswith(PREFIX)
 
@@ -138,6 +232,8 @@ _SAID = {"added": "`{path}` given to the template where the request has none",
 
 def subject(trigger: str) -> str:
     """How a title names a `seen:` trigger."""
+    if trigger == ORDER:
+        return "the request's mappings given to the template with their keys in another order"
     path, change = trigger[len(PREFIX):].rsplit("=", 1)
     if change == "dropped":
         return f"keys of `{path[:-2]}` dropped before the template runs" if path.endswith(".*") else \

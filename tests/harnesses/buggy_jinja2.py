@@ -63,6 +63,9 @@ BUGS = {
     "message-keys-dropped": "the request layer rebuilds each message from its role and content only",
     "one-part-content-flattened": "a content list of one text part reaches the template as that part's text",
     "text-parts-joined": "a message's several text parts reach the template as one part, joined with a space",
+    "date-string-bound": "the request layer binds `date_string` (to a fixed date) where the request does not set it",
+    "data-keys-sorted": "the request layer hands the template every mapping of messages, tools and documents with its "
+                        "keys sorted (a JSON value type without preserved order)",
     "reasoning-not-aliased": "a message's reasoning reaches the template only under the name the request used "
                              "(R11 not applied)",
 }
@@ -203,6 +206,13 @@ def _plant(bugs: frozenset) -> None:
             eos_token = None
         if "no-caller-variables" in bugs:
             conversation["kwargs"] = {}
+        if "date-string-bound" in bugs and "date_string" not in (conversation.get("kwargs") or {}):
+            conversation["kwargs"] = dict(conversation.get("kwargs") or {}, date_string="01 Jan 2000")
+        if "data-keys-sorted" in bugs:
+            for top in ("messages", "tools", "documents"):
+                if conversation.get(top) is not None:
+                    conversation[top] = _sorted_keys(conversation[top])
+            messages = conversation.get("messages") or []
         if "empty-tools-as-none" in bugs and conversation.get("tools") == []:
             conversation["tools"] = None
         if bugs & REQUEST_LAYER and all(isinstance(m, dict) for m in messages):
@@ -241,6 +251,14 @@ def _plant(bugs: frozenset) -> None:
 
 REQUEST_LAYER = frozenset({"tool-arguments-parsed", "developer-as-system", "message-keys-dropped",
                            "one-part-content-flattened", "text-parts-joined"})
+
+
+def _sorted_keys(value):
+    if isinstance(value, dict):
+        return {key: _sorted_keys(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted_keys(item) for item in value]
+    return value
 
 
 def _adapted(message: dict, bugs: frozenset) -> dict:
