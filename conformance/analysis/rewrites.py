@@ -339,7 +339,7 @@ REWRITES = (
     Rewrite("iterable-not-none", "`x is iterable` spelled `(x is iterable and x is not none)` (none is iterable in "
             "MiniJinja, not in jinja2)",
             ("minijinja:c-c7e0a60672", "minijinja:c-2958e4a0e2", "tgi:c-c7e0a60672",
-             "mistralrs:c-b2e4a16d26", "mistralrs-server:c-b2e4a16d26", "ferrox:c-ef6c32820d",
+             "mistralrs:c-4a0d57a5eb", "mistralrs-server:c-b2e4a16d26", "ferrox:c-ef6c32820d",
              "ferrox:c-2958e4a0e2"), _iterable_not_none),
     Rewrite("digit-subscript", "`x.0.y` spelled `x[0].y` (MiniJinja's lexer reads `.0.` as a float)",
             ("tgi:c-dbf62c46d1", "mistralrs:c-dbf62c46d1", "mistralrs-server:c-dbf62c46d1"), _digit_subscript),
