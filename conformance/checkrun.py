@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Optional, Sequence
 
+from conformance.collector import few_collections
 from conformance.judge.expectations import Expectations, baseline_directory, load_expectations
 from conformance.judge.goldens import GoldenStore
 from conformance.judge.pipeline import (
@@ -140,9 +141,10 @@ class CheckRun:
     def check(self, runner, spec: Optional[str] = None, progress: Progress = None,
               explain_only: Optional[set] = None, expectations: Optional[Expectations] = None) -> RunnerResults:
         """render -> judge -> tokens -> explain -> verdict for one open runner."""
-        results = self._judged(runner, progress, expectations)
-        self._explain(results, runner, spec, explain_only)
-        apply_expectations(results.results, results.expectations)
+        with few_collections():
+            results = self._judged(runner, progress, expectations)
+            self._explain(results, runner, spec, explain_only)
+            apply_expectations(results.results, results.expectations)
         return results
 
     def _judged(self, runner, progress: Progress, expectations: Optional[Expectations]) -> RunnerResults:

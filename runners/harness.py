@@ -5,6 +5,7 @@ template that hangs, exhausts memory or crashes the interpreter costs one proces
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import resource
@@ -62,6 +63,9 @@ def serve(info: dict, render: Callable[[RenderRequest], Outcome], memory_limit: 
     sys.stdout = sys.stderr
     if memory_limit:
         limit_memory(memory_limit)
+    # The engine and its imports live as long as the process: out of the collector's walks, which otherwise
+    # visit them again at every old collection (the reference's transformers is most of its heap).
+    gc.freeze()
     version = 1
     kept: dict = {}  # K -> Conversation, for batches' {"ref": K}
 

@@ -33,7 +33,7 @@ BUGS = ["tojson-sorts-keys", "tojson-escapes-html", "tojson-ignores-indent", "no
         "generation-prompt-ignored", "no-string-test", "eos-token-unbound", "tool-arguments-parsed",
         "developer-as-system", "empty-tools-as-none", "continue-rebuilt", "message-keys-dropped",
         "one-part-content-flattened", "text-parts-joined", "date-string-bound",
-        "data-keys-sorted"]
+        "data-keys-sorted", "tool-calls-as-content", "final-assistant-continued"]
 COMBINATIONS = [tuple(sorted(random.Random(seed).sample(BUGS, 3))) for seed in range(10)]
 
 

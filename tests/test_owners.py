@@ -130,7 +130,44 @@ def test_a_field_left_unbound_is_one_cause_however_the_template_looks_at_it(plan
     assert owners == {"is-defined": ("tools=unbound",), "is-not-none": ("tools=unbound",),
                       "set-block": ("tools=unbound",), "printed": ("tools=unbound",), "tojson-without-tools": ()}
     # the rebinding reaches none of the template's own bytes: the indent before a block tag, which the engine
-    # prints (no lstrip_blocks), stays where it was (a `{%- ... -%}` prefix stripped it and owned the difference)
+    # prints (no lstrip_blocks), stays where it was (a `{%- ... -%}` prefix stripped it and owned the difference):
+    # no field owns it, the missing setting does
     owners = _owners(planted, {"indented": _request("  {% if true %}x{% endif %}", plain)})
-    assert owners == {"indented": ()}
+    assert owners == {"indented": ("env:lstrip_blocks",)}
     assert "documents=unbound" in cluster.ownable({"messages": [], "tools": [], "documents": None})
+
+
+def test_a_block_whitespace_setting_the_engine_lacks_owns_the_difference_whichever_tag_shows_it(planted):
+    user = [{"role": "user", "content": "hi"}]
+    owners = _owners(planted, {
+        # lstrip_blocks off (planted): the indentation before an `{% if %}` and before a `{% macro %}` is kept
+        "if": _request("\n  {% if messages %}x{% endif %}", user),
+        "macro": _request("\n    {% macro m() %}y{% endmacro %}{{ m() }}", user),
+        # a template-engine bug, not a setting: the reference without trimming still prints otherwise
+        "tojson": _request("{{ {'b': 1, 'a': 2} | tojson }}", user),
+    })
+    assert owners["if"] == owners["macro"] == ("env:lstrip_blocks",)
+    assert owners["tojson"] == ()
+    from conformance.explain.signature import Symptom
+    from conformance.judge.status import Status
+    from runners.base import Rendered
+
+    symptom = Symptom(Status.DIVERGED, frozenset({("", "  ")}), first=("", "  "))
+    keys = {cluster.cause_key(symptom, constructs, Rendered("x"), Rendered("  x"), owner=("env:lstrip_blocks",))
+            for constructs in (["stmt:if"], ["stmt:macro", "call:macro"])}
+    assert keys == {"env:lstrip_blocks#diverges|environment"}
+    assert cluster.title(symptom, ["stmt:if"], Rendered("x"), Rendered("  x"), owner=("env:lstrip_blocks",)) \
+        .startswith("`lstrip_blocks` off in the engine's environment")
+
+
+def test_a_template_runs_as_without_trim_blocks_or_lstrip_blocks_through_plus_markers():
+    import jinja2
+
+    from conformance.explain.template import whitespace_kept
+
+    source = "  {% if x -%}\n{# c #}\n  {% for i in [1] %}\n{{ i }}{%- endfor %}\n{% endif %}\n"
+    on, off = (jinja2.Environment(trim_blocks=flag, lstrip_blocks=flag) for flag in (True, False))
+    for trim, lstrip in ((True, False), (False, True), (True, True)):
+        kept = jinja2.Environment(trim_blocks=not trim, lstrip_blocks=not lstrip).from_string(source).render(x=1)
+        assert on.from_string(whitespace_kept(source, trim, lstrip)).render(x=1) == kept
+    assert on.from_string(whitespace_kept(source, True, True)).render(x=1) == off.from_string(source).render(x=1)

@@ -105,3 +105,19 @@ def test_a_mapping_given_in_another_key_order_is_probed_and_shown_to_the_referen
     assert "{% for k in tools[0][\"function\"] %}" in template
     # a key the engine added is no reordering of the request's
     assert seen.order_changes(paths, "ab;ab;abc;", "ab;ab;abc?;") == []
+
+
+def test_a_content_the_request_does_not_have_is_probed_and_can_be_given():
+    import jinja2
+
+    case = {"messages": [{"role": "user", "content": "hi"},
+                         {"role": "assistant", "tool_calls": [{"function": {"name": "f"}}]}]}
+    [(expression, concrete)] = seen.absent_contents(case)
+    assert concrete == ("messages", 1, "content")
+    probe = jinja2.Environment().from_string(seen.added_template(expression))
+    assert probe.render(**case) == "u"
+    filled = seen.with_values(case, [(concrete, '[{"function":{"name":"f"}}]')])
+    assert probe.render(**filled) == 's[{"function":{"name":"f"}}]'
+    assert filled["messages"][1]["tool_calls"] and "content" not in case["messages"][1]
+    assert seen.as_text_messages(filled, [(concrete, "")])["messages"] == [
+        {"role": "user", "content": "hi"}, {"role": "assistant", "content": '[{"function":{"name":"f"}}]'}]

@@ -86,15 +86,15 @@ def pytest_unconfigure(config):
 
 
 def test_a_warm_gate_gives_the_cold_gates_verdicts_causes_and_report_and_derives_nothing_again(tmp_path):
-    from conformance.gate.plugin import GATE_GC_THRESHOLDS
+    from conformance.collector import CHECK_THRESHOLDS
 
     (tmp_path / "gcprobe.py").write_text(GC_PROBE)  # on the path: the gate runs as `python -m pytest` from here
     cold = _gate(tmp_path, "cold", "-p", "gcprobe")
     assert cold.returncode == 0, cold.stdout[-3000:] + cold.stderr[-3000:]
     # The collector keeps to young objects while the session runs, and is as it was once the report is written.
     thresholds = json.loads((tmp_path / "gc-thresholds.json").read_text())
-    assert list(GATE_GC_THRESHOLDS) in thresholds["during"]
-    assert thresholds["before"] == thresholds["after"] != list(GATE_GC_THRESHOLDS)
+    assert list(CHECK_THRESHOLDS) in thresholds["during"]
+    assert thresholds["before"] == thresholds["after"] != list(CHECK_THRESHOLDS)
     warm = _gate(tmp_path, "warm")
     assert warm.returncode == 0, warm.stdout[-3000:] + warm.stderr[-3000:]
     assert _store_line(cold)[1] > 0

@@ -46,7 +46,7 @@ from conformance.explain.reduce import (
     conversation_dict,
 )
 from conformance.explain.signature import Symptom, compare, outcome_record, symptom_for
-from conformance.explain.template import lines_of
+from conformance.explain.template import lines_of, whitespace_kept
 from conformance.judge.goldens import GoldenStore
 from conformance.judge.status import NO_ANSWER, NON_MATCHING, Status, gain_if_fixed
 from runners.base import (
@@ -790,6 +790,10 @@ def _owned_by_what_is_seen(found: dict, reference, engine, stats: Optional[Drive
         # (find_owners' `tools=unbound`): mistral.rs binds `tools` only when the list is not empty
         found[key].owner = tuple(sorted(_as_unbound(trigger) for trigger in triggers))
     _owned_by_key_order({key: repro for key, repro in found.items() if not repro.owner}, reference, engine, stats)
+    _owned_by_whitespace_settings({key: repro for key, repro in found.items() if not repro.owner}, reference,
+                                  engine, stats)
+    _owned_by_added_content({key: repro for key, repro in found.items() if not repro.owner}, reference, engine,
+                            stats)
 
 
 def _as_unbound(trigger: str) -> str:
@@ -825,6 +829,89 @@ def _owned_by_key_order(found: dict, reference, engine, stats: Optional[DriverSt
         for (key, triggers), outcome in zip(owners, reference.render_many(stand_in)):
             if _answer(outcome) == _answer(found[key].engine):
                 found[key].owner = triggers
+
+
+# Each setting's probe: plain `{% if %}` tags whose whitespace only that setting removes; the reference prints
+# WHITESPACE_TRIMMED, an engine lacking the setting WHITESPACE_KEPT.
+WHITESPACE_PROBES = {"trim_blocks": "{% if true %}\nX{% endif %}", "lstrip_blocks": "\n  {% if true %}X{% endif %}"}
+WHITESPACE_TRIMMED = {"trim_blocks": "X", "lstrip_blocks": "\nX"}
+WHITESPACE_KEPT = {"trim_blocks": "\nX", "lstrip_blocks": "\n  X"}
+
+
+def _owned_by_whitespace_settings(found: dict, reference, engine, stats: Optional[DriverStats] = None) -> None:
+    """The reproducers whose difference is a block-whitespace setting the engine's environment lacks: the
+    template with trim_blocks, lstrip_blocks or both turned off at every tag (template.whitespace_kept), both
+    sides rendered, has the reference print what the engine printed on the reproducer and the engine answer as
+    before (for the engine the `+` changes nothing: it never trimmed). One setting alone is tried before both.
+    Keyed by the setting alone, whatever construct's tag shows it (a `{% macro %}` body's newline and an
+    `{% endif %}`'s are one missing trim_blocks). The engine must also show the setting off on a template of
+    plain `{% if %}` tags (WHITESPACE_PROBES), or a construct's own stray newline (a macro body's) would pass for
+    the environment's."""
+    candidates = [(key, repro) for key, repro in found.items()
+                  if not repro.ignores_template and isinstance(repro.engine, Rendered)]
+    if not candidates:
+        return
+    # one user message: no request layer rewrites it (TGI cuts the output after a final assistant message)
+    case = dict(candidates[0][1].request.conversation.to_dict(), messages=[{"role": "user", "content": ""}])
+    request = _with_case(candidates[0][1].request, case)
+    probes = render_pairs(reference, engine, [replace(request, template=WHITESPACE_PROBES[setting])
+                                              for setting in cluster.WHITESPACE_SETTINGS], stats)
+    lacking = tuple(setting for setting, (ref, eng) in zip(cluster.WHITESPACE_SETTINGS, probes)
+                    if (_answer(ref), _answer(eng)) == (_answer(Rendered(WHITESPACE_TRIMMED[setting])),
+                                                        _answer(Rendered(WHITESPACE_KEPT[setting]))))
+    if not lacking:
+        return
+    settings = [(setting,) for setting in lacking] + ([lacking] if len(lacking) > 1 else [])
+    batch, tried = [], []
+    for key, repro in candidates:
+        for chosen in settings:
+            variant = whitespace_kept(repro.request.template, trim="trim_blocks" in chosen,
+                                      lstrip="lstrip_blocks" in chosen)
+            if variant != repro.request.template:
+                batch.append(replace(repro.request, template=variant))
+                tried.append((key, chosen))
+    if not batch:
+        return
+    for (key, chosen), (ref, eng) in zip(tried, render_pairs(reference, engine, batch, stats)):
+        engine_answer = _answer(found[key].engine)
+        if not found[key].owner and _answer(ref) == engine_answer and _answer(eng) == engine_answer:
+            found[key].owner = tuple(cluster.ENVIRONMENT + setting for setting in chosen)
+
+
+def _owned_by_added_content(found: dict, reference, engine, stats: Optional[DriverStats] = None) -> None:
+    """The reproducers with a message that has no `content` which the engine fills in (seen.absent_contents: a
+    probe a message, both sides): the difference is the filling when the reference, given the case with the
+    engine's string there, answers as the engine did on the reproducer (a refusal counts as the judge counts
+    it: the same `raise_exception()` message) and the engine, given the same, answers as before. Keyed by the
+    filling alone, whichever of the message's other keys the engine dropped with it."""
+    probes, where = [], []
+    for key, repro in found.items():
+        if repro.ignores_template:
+            continue
+        for expression, concrete in seen.absent_contents(repro.request.conversation.to_dict()):
+            probes.append(replace(repro.request, template=seen.added_template(expression)))
+            where.append((key, concrete))
+    if not probes:
+        return
+    added: dict = {}
+    for (key, concrete), (ref, eng) in zip(where, render_pairs(reference, engine, probes, stats)):
+        if _answer(ref) == _answer(Rendered("u")) and isinstance(eng, Rendered) and eng.text.startswith("s"):
+            added.setdefault(key, []).append((concrete, eng.text[1:]))
+    if not added:
+        return
+    keys, stand_ins = [], []
+    for key, values in added.items():
+        case = found[key].request.conversation.to_dict()
+        # the string alone, then as the message's only data besides its role: a request layer of plain text
+        # messages that writes the tool calls into `content` drops `tool_calls` too
+        for variant in (seen.with_values(case, values), seen.as_text_messages(seen.with_values(case, values),
+                                                                              values)):
+            keys.append(key)
+            stand_ins.append(_with_case(found[key].request, variant))
+    for key, (ref, eng) in zip(keys, render_pairs(reference, engine, stand_ins, stats)):
+        if _answered((ref, eng)) and not _differs((ref, found[key].engine)) and \
+                _answer(eng) == _answer(found[key].engine):
+            found[key].owner = (seen.ADDED_CONTENT,)
 
 
 def _with_case(request: RenderRequest, case: dict) -> RenderRequest:

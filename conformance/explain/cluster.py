@@ -490,6 +490,11 @@ def _parsed_arguments(case: dict) -> Optional[dict]:
 # under both `thinking` and `reasoning_content` (SEMANTICS.md R11); an engine that passes messages as given
 # shows it under the name the request used only.
 REASONING_NAMES = "messages.reasoning=one-name"
+# A final assistant message continued where the request does not ask it (continue_final_message false): the
+# output cut after that message's content (TGI's chat route does it whenever the last message is the assistant's).
+# Nothing can be taken out (the cut follows from the conversation itself), so only its stand-in, the reference
+# asked to continue, can show it.
+CONTINUED_UNASKED = "continue_final_message=unasked"
 
 
 def _aliased(case: dict) -> Optional[dict]:
@@ -532,6 +537,11 @@ def rebound(template: str, trigger: str) -> str:
 # A global the engine binds where the request gives none (`enable_thinking`, `date_string`, `bos_token` as none):
 # owned by that binding when the template reading another name, one nobody binds, leaves no difference.
 BINDS = "binds:"
+# A block-whitespace setting the engine's environment lacks (trim_blocks, lstrip_blocks): owned by it when the
+# reference, given the template with that setting turned off tag by tag (template.whitespace_kept), prints what
+# the engine printed, and the engine, given the same, answers as before.
+ENVIRONMENT = "env:"
+WHITESPACE_SETTINGS = ("trim_blocks", "lstrip_blocks")
 RENAMED = "_chatgold_unbound"
 _TAG = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
 _STRING = r"\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])*'"
@@ -583,7 +593,13 @@ def ownable(case: Optional[dict]) -> list:
     found = [t for t in triggers(case) if not t.endswith(("=true", "=false"))]
     found += [JSON_ARGUMENTS] if case and _parsed_arguments(case) is not None else []
     found += [REASONING_NAMES] if case and _aliased(case) is not None else []
+    found += [CONTINUED_UNASKED] if _ends_with_assistant(case) and not case.get("continue_final_message") else []
     return found + unbound_fields(case)
+
+
+def _ends_with_assistant(case: Optional[dict]) -> bool:
+    messages = (case or {}).get("messages")
+    return bool(messages) and isinstance(messages[-1], dict) and messages[-1].get("role") == "assistant"
 
 
 def ablate(case: dict, trigger: str) -> dict:
@@ -594,8 +610,8 @@ def ablate(case: dict, trigger: str) -> dict:
         return _parsed_arguments(case) or case
     if trigger == REASONING_NAMES:
         return _aliased(case) or case
-    if trigger.endswith(UNBOUND):
-        return case   # the template binds it (rebound), the case stays
+    if trigger.endswith(UNBOUND) or trigger == CONTINUED_UNASKED:
+        return case   # the template binds it (rebound) / nothing to take out (its stand-in shows it): the case stays
     out = json.loads(json.dumps(case))
     if trigger in ("add_generation_prompt", "continue_final_message"):
         out[trigger] = False
@@ -626,6 +642,10 @@ def stand_ins(case: dict, trigger: str) -> list:
     into it, whatever the template does."""
     if trigger == JSON_ARGUMENTS:
         return [_parsed_arguments(case) or case]
+    if trigger == CONTINUED_UNASKED:
+        # the reference refuses to continue and add a generation prompt at once; what the prompt would add
+        # comes after the content, where the cut falls
+        return [dict(json.loads(json.dumps(case)), continue_final_message=True, add_generation_prompt=False)]
     if trigger.startswith("role="):
         role = trigger[len("role="):]
         out = []
@@ -655,6 +675,9 @@ def stand_ins(case: dict, trigger: str) -> list:
 
 def owner_subject(owner: Iterable[str]) -> str:
     """How a title names the data that owns a difference."""
+    if tuple(owner) == (CONTINUED_UNASKED,):
+        return "a final assistant message continued where the request does not ask it (`continue_final_message` " \
+               "false)"
     said = []
     for trigger in owner:
         if trigger in ("add_generation_prompt", "continue_final_message"):
@@ -672,10 +695,14 @@ def owner_subject(owner: Iterable[str]) -> str:
             said.append(seen.subject(trigger))
         elif trigger.startswith(BINDS):
             said.append(f"`{trigger[len(BINDS):]}`")
+        elif trigger.startswith(ENVIRONMENT):
+            said.append(f"`{trigger[len(ENVIRONMENT):]}`")
         else:
             said.append(f"a null in `{trigger[:-len('=null')]}`")
     if all(trigger.startswith(BINDS) for trigger in owner):
         return ", ".join(said) + " (a global the conversation does not set)"
+    if all(trigger.startswith(ENVIRONMENT) for trigger in owner):
+        return " and ".join(said) + " off in the engine's environment (whatever the template's tags)"
     if all(seen.is_seen(trigger) for trigger in owner):
         return " with ".join(said)   # says itself that it is the request's data, rebuilt
     return " with ".join(said) + " (the request's data, whatever the template does with it)"
@@ -696,6 +723,9 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         if all(trigger.startswith(BINDS) for trigger in owner):
             # the engine binds a global the request does not give: one bug whatever the template makes of it
             return f"{','.join(owner)}#diverges|binds"
+        if all(trigger.startswith(ENVIRONMENT) for trigger in owner):
+            # a setting of the engine's environment: one bug whichever tags of whichever template it reaches
+            return f"{','.join(owner)}#diverges|environment"
         if all(seen.is_seen(trigger) for trigger in owner):
             # the request rebuilt before the template runs: one bug whatever each template makes of it
             return f"owned:{'+'.join(owner)}"

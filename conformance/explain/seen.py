@@ -221,6 +221,48 @@ def joined(case: dict, concrete: tuple) -> list:
     return out
 
 
+ADDED_CONTENT = PREFIX + "messages[].content=added"
+
+
+def absent_contents(case: dict) -> list:
+    """(expression, concrete path) of each message's `content` the request does not have (a tool-call message
+    has none): a request layer may fill it in (TGI writes the tool calls there as JSON), which no path of
+    paths_of can show, since the request holds nothing there."""
+    messages = case.get("messages")
+    if not isinstance(messages, list):
+        return []
+    return [(f"messages[{index}][\"content\"]", ("messages", index, "content"))
+            for index, message in enumerate(messages) if isinstance(message, dict) and "content" not in message]
+
+
+def added_template(expression: str) -> str:
+    """The template that prints `u` when the expression is undefined, `s` and the string when it is one, `o`
+    otherwise."""
+    return (f"{{% if {expression} is not defined %}}u{{% elif {expression} is string %}}s{{{{ {expression} }}}}"
+            f"{{% else %}}o{{% endif %}}")
+
+
+def with_values(case: dict, values: Iterable[tuple]) -> dict:
+    """The case with each (concrete path, value) set."""
+    out = json.loads(json.dumps(case))
+    for concrete, value in values:
+        parent = out
+        for step in concrete[:-1]:
+            parent = parent[step]
+        parent[concrete[-1]] = value
+    return out
+
+
+def as_text_messages(case: dict, values: Iterable[tuple]) -> dict:
+    """The case with each message that a (concrete path, value) of `values` names kept as its role and content
+    only."""
+    out = json.loads(json.dumps(case))
+    for concrete, _ in values:
+        message = out["messages"][concrete[1]]
+        out["messages"][concrete[1]] = {key: message[key] for key in ("role", "content") if key in message}
+    return out
+
+
 def is_seen(trigger: str) -> bool:
     return trigger.startswith(PREFIX)
 

@@ -175,6 +175,28 @@ def segments(source: str) -> list[Leaf]:
     return out
 
 
+# Jinja2 and MiniJinja both read `+` at a block or comment tag's end as "no trim_blocks here" and at its start
+# as "no lstrip_blocks here".
+_TAG_OPEN = re.compile(r"\A(\{[%#])(?![-+])")
+_TAG_CLOSE = re.compile(r"(?<![-+])([%#]\})\Z")
+
+
+def whitespace_kept(source: str, trim: bool = False, lstrip: bool = False) -> str:
+    """`source` rendering, in an environment with trim_blocks and lstrip_blocks on, as it renders with
+    trim_blocks off (`trim`) and/or lstrip_blocks off (`lstrip`): a `+` on every statement and comment tag that
+    has no whitespace control of its own. Raw blocks are left as they are (their own trimming is theirs)."""
+    out = []
+    for leaf in segments(source):
+        text = leaf.text
+        if leaf.kind in ("stmt", "comment"):
+            if lstrip:
+                text = _TAG_OPEN.sub(r"\1+", text)
+            if trim:
+                text = _TAG_CLOSE.sub(r"+\1", text)
+        out.append(text)
+    return "".join(out)
+
+
 def _block_keyword(leaf: Leaf) -> str:
     return "set" if leaf.keyword == "set-block" else leaf.keyword
 

@@ -15,6 +15,7 @@ from typing import Optional
 import pytest
 
 from conformance.background import Job
+from conformance.collector import hold_collections, release_collections
 from runners import REFERENCE_RUNNER
 
 
@@ -70,9 +71,6 @@ CAPABILITIES_JOB = "capabilities"
 PROPERTIES_JOB = "properties"
 AGREEMENT_JOB = "capability-agreement"
 ANALYSIS_JOBS = (CAPABILITIES_JOB, PROPERTIES_JOB)  # reference analyses, not engines
-# The collector's thresholds while a gate session runs (Python's default is 700, 10, 10): a young collection
-# every million allocations, an old one in practice never (chatgold_session says why).
-GATE_GC_THRESHOLDS = (1_000_000, 50, 1000)
 
 
 def _job_cost(spec: Optional[str]) -> float:
@@ -398,9 +396,9 @@ def chatgold_session(request):
     # What the gate makes (every outcome, verdict and record of every runner) lives until it exits, and holds
     # next to no cycles: full collections only walked it again and again, a fifth of a warm full gate's CPU
     # (103.8 s wall against 81.8 s with no collector, the same 4.3 GB peak). Until the report is written, young
-    # objects are still collected, each about twice, and the old ones left alone (77.7 s; 76.9 s with none).
-    request.config._chatgold_gc = gc.get_threshold()
-    gc.set_threshold(*GATE_GC_THRESHOLDS)
+    # objects are still collected, each about twice, and the old ones left alone (77.7 s; 76.9 s with none):
+    # conformance/collector.py's pace, held for the whole session rather than per check.
+    hold_collections()
     session.start(getattr(request.config, "_chatgold_needed", []))
     yield session
     session.agreement()  # its runner must stay open until it is done
@@ -434,7 +432,7 @@ def pytest_sessionfinish(session):
             # Everything the session holds lives until exit, where pytest runs gc.collect() several times:
             # out of its way, and the collector back as it was.
             gc.freeze()
-            gc.set_threshold(*getattr(session.config, "_chatgold_gc", gc.get_threshold()))
+            release_collections()
 
 
 def _finish(session, gate) -> None:

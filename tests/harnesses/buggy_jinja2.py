@@ -40,6 +40,8 @@ BUGS = {
     "str-plus-list-allowed": "a string + a list concatenates the list's text instead of refusing",
     "items-sorted": "dict.items() yields keys sorted",
     "length-of-none-zero": "|length of none is 0 instead of a refusal",
+    "final-assistant-continued": "a final assistant message is always continued: the output is cut after its "
+                                 "content even when the request does not ask to continue it",
     "bos-doubled": "the engine prepends bos_token to an output that already starts with it",
     "generation-prompt-ignored": "add_generation_prompt is always false",
     "percent-format-ignored": "`'...' % x` returns the format string unchanged",
@@ -66,6 +68,8 @@ BUGS = {
     "date-string-bound": "the request layer binds `date_string` (to a fixed date) where the request does not set it",
     "data-keys-sorted": "the request layer hands the template every mapping of messages, tools and documents with its "
                         "keys sorted (a JSON value type without preserved order)",
+    "tool-calls-as-content": "a message with tool calls and no content reaches the template with the calls as its "
+                             "content (compact JSON) and no `tool_calls` (a request layer of plain text messages)",
     "reasoning-not-aliased": "a message's reasoning reaches the template only under the name the request used "
                              "(R11 not applied)",
 }
@@ -241,6 +245,11 @@ def _plant(bugs: frozenset) -> None:
                 outcome = ("rendered", outcome[1] + final["content"])
         else:
             outcome = render(template, bos_token, eos_token, conversation)
+        if ("final-assistant-continued" in bugs and outcome[0] == "rendered" and final is not None
+                and final.get("role") == "assistant" and isinstance(final.get("content"), str)
+                and final["content"] and final["content"] in outcome[1]):
+            content = final["content"]
+            outcome = ("rendered", outcome[1][:outcome[1].rindex(content) + len(content)])
         if ("bos-doubled" in bugs and outcome[0] == "rendered" and bos_token
                 and outcome[1].startswith(bos_token)):
             outcome = ("rendered", bos_token + outcome[1])
@@ -250,7 +259,7 @@ def _plant(bugs: frozenset) -> None:
 
 
 REQUEST_LAYER = frozenset({"tool-arguments-parsed", "developer-as-system", "message-keys-dropped",
-                           "one-part-content-flattened", "text-parts-joined"})
+                           "one-part-content-flattened", "text-parts-joined", "tool-calls-as-content"})
 
 
 def _sorted_keys(value):
@@ -276,6 +285,10 @@ def _adapted(message: dict, bugs: frozenset) -> dict:
     if "developer-as-system" in bugs and message.get("role") == "developer":
         message = dict(message, role="system")
     calls = message.get("tool_calls")
+    if "tool-calls-as-content" in bugs and isinstance(calls, list) and "content" not in message:
+        message = {key: value for key, value in message.items() if key != "tool_calls"}
+        message["content"] = json.dumps(calls, separators=(",", ":"))
+        calls = None
     if "tool-arguments-parsed" in bugs and isinstance(calls, list):
         fixed = []
         for call in calls:
