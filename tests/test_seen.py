@@ -121,3 +121,15 @@ def test_a_content_the_request_does_not_have_is_probed_and_can_be_given():
     assert filled["messages"][1]["tool_calls"] and "content" not in case["messages"][1]
     assert seen.as_text_messages(filled, [(concrete, "")])["messages"] == [
         {"role": "user", "content": "hi"}, {"role": "assistant", "content": '[{"function":{"name":"f"}}]'}]
+
+
+def test_a_null_the_engine_kept_is_named_as_the_null_it_is():
+    # the reference drops a null key (R4), an engine that keeps it shows it as "added": the null's trigger, as
+    # find_owners names it, whether the engine renders or refuses
+    case = {"messages": [{"role": "assistant", "content": None,
+                          "tool_calls": [{"function": {"arguments": {"limit": None}}}]}]}
+    assert seen.null_kept(case, ("messages", 0, "content")) == "messages.*=null"
+    assert seen.null_kept(case, ("messages", 0, "tool_calls", 0, "function", "arguments", "limit")) == \
+        "messages.*.*.*.*=null"
+    assert seen.null_kept(case, ("messages", 0, "role")) is None
+    assert seen.null_kept(case, ("messages", 1, "content")) is None

@@ -755,9 +755,12 @@ def _owned_by_what_is_seen(found: dict, reference, engine, stats: Optional[Drive
         if not (isinstance(ref, Rendered) and isinstance(eng, Rendered)):
             continue
         by_trigger: dict = {}
-        for trigger, concrete in seen.changes(paths, ref.text, eng.text):
-            by_trigger.setdefault(trigger, []).append(concrete)
         case = found[key].request.conversation.to_dict()
+        for trigger, concrete in seen.changes(paths, ref.text, eng.text):
+            # a key the request has as null, which the reference drops (R4) and the engine kept: the null's
+            # trigger, as find_owners names it, so the engine keeping nulls is one cause whether it renders or
+            # refuses
+            by_trigger.setdefault(seen.null_kept(case, concrete) or trigger, []).append(concrete)
         for trigger, concretes in by_trigger.items():
             batch.append(_with_case(found[key].request, seen.without(case, concretes)))
             tried.append((key, trigger))

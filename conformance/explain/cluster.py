@@ -729,8 +729,8 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         if all(seen.is_seen(trigger) for trigger in owner):
             # the request rebuilt before the template runs: one bug whatever each template makes of it
             return f"owned:{'+'.join(owner)}"
-        if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
-            return f"owned:{'+'.join(owner)}#refuses|{_QUOTED.sub(chr(39) + '…' + chr(39), symptom.refusal)}"
+        # the data's handling is one bug whether the template then prints or refuses: a kept null refused by
+        # `|length` and by `in` is the null printed as `None` elsewhere
         return f"owned:{'+'.join(owner)}#output"
     found = culprits(constructs, _parse_refusal(symptom))
     unbound = unbound_globals(symptom, reference, engine, paths, case, ignores_template)

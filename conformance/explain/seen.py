@@ -263,6 +263,19 @@ def as_text_messages(case: dict, values: Iterable[tuple]) -> dict:
     return out
 
 
+def null_kept(case: dict, concrete: tuple) -> Optional[str]:
+    """The null trigger (cluster.triggers' `<top>.*=null`) of a path the request holds as null, or None."""
+    value = case
+    try:
+        for step in concrete:
+            value = value[step]
+    except (KeyError, IndexError, TypeError):
+        return None
+    if value is not None:
+        return None
+    return concrete[0] + ".*" * sum(isinstance(step, str) for step in concrete[1:]) + "=null"
+
+
 def is_seen(trigger: str) -> bool:
     return trigger.startswith(PREFIX)
 

@@ -119,6 +119,9 @@ def golden_bytes(outcome: Outcome) -> tuple[str, bytes]:
 
 
 _KINDS = (("rendered", RENDERED_SUFFIX), ("raised", RAISED_SUFFIX))
+# Looks at a cell whose template directory a kind change exchanged meanwhile (swap_kind): three were too few on
+# a loaded machine with a writer changing kinds hundreds of times a second (a reader found no golden).
+READ_ATTEMPTS = 100
 
 
 def read_golden(template_id: str, case_id: str, root: Optional[Path] = None) -> Optional[Golden]:
@@ -126,7 +129,7 @@ def read_golden(template_id: str, case_id: str, root: Optional[Path] = None) -> 
     # names are looked up through one directory handle, so a kind change exchanged meanwhile (swap_kind)
     # shows either the old directory or the new one.
     directory = os.path.join(root or goldens_dir(), template_id)
-    for _ in range(3):
+    for _ in range(READ_ATTEMPTS):
         try:
             dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
         except (FileNotFoundError, NotADirectoryError):
@@ -147,7 +150,9 @@ def read_golden(template_id: str, case_id: str, root: Optional[Path] = None) -> 
                 return None
         finally:
             os.close(dir_fd)
-    return None
+    # Never a false absence: a cell whose directory kept changing under every look is an error, not "no golden".
+    raise OSError(f"{os.path.join(directory, case_id)}: the golden's directory changed during each of "
+                  f"{READ_ATTEMPTS} reads (a writer changing kinds without pause?)")
 
 
 class GoldenStore:
