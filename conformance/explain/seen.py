@@ -130,6 +130,19 @@ def without(case: dict, concretes: Iterable[tuple]) -> dict:
     return out
 
 
+_ABSENT = object()
+
+
+def _at(value, steps: Iterable):
+    """The value at `steps` (keys and indices) under `value`, or _ABSENT where the path does not lead."""
+    try:
+        for step in steps:
+            value = value[step]
+    except (KeyError, IndexError, TypeError):
+        return _ABSENT
+    return value
+
+
 MAX_ORDERED = 24   # mappings an order probe looks at
 ORDER = PREFIX + "*=order"
 
@@ -184,9 +197,7 @@ def reordered(case: dict, changes: Iterable[tuple]) -> dict:
     """The case with each mapping of `changes` (order_changes) rebuilt in the engine's key order."""
     out = json.loads(json.dumps(case))
     for _, concrete, keys in sorted(changes, key=lambda change: len(change[1])):
-        parent = out
-        for step in concrete[:-1]:
-            parent = parent[step]
+        parent = _at(out, concrete[:-1])
         mapping = parent[concrete[-1]]
         parent[concrete[-1]] = {key: mapping[key] for key in keys}
     return out
@@ -198,27 +209,15 @@ JOINS = ("", " ", "\n")
 def joined(case: dict, concrete: tuple) -> list:
     """The case with the list at `concrete` given as the text of its parts, joined each way a request layer
     joins them (JOINS): what a `list>string` change may have made of it. [] when it holds anything but text."""
-    value = case
-    try:
-        for step in concrete:
-            value = value[step]
-    except (KeyError, IndexError, TypeError):
-        return []
+    value = _at(case, concrete)
     if not isinstance(value, list):
         return []
     texts = [part if isinstance(part, str) else part.get("text") if isinstance(part, dict) else None
              for part in value]
     if any(not isinstance(text, str) for text in texts):
         return []
-    out = []
-    for join in JOINS if len(texts) > 1 else JOINS[:1]:
-        variant = json.loads(json.dumps(case))
-        parent = variant
-        for step in concrete[:-1]:
-            parent = parent[step]
-        parent[concrete[-1]] = join.join(texts)
-        out.append(variant)
-    return out
+    joins = JOINS if len(texts) > 1 else JOINS[:1]
+    return [with_values(case, [(concrete, join.join(texts))]) for join in joins]
 
 
 ADDED_CONTENT = PREFIX + "messages[].content=added"
@@ -246,10 +245,7 @@ def with_values(case: dict, values: Iterable[tuple]) -> dict:
     """The case with each (concrete path, value) set."""
     out = json.loads(json.dumps(case))
     for concrete, value in values:
-        parent = out
-        for step in concrete[:-1]:
-            parent = parent[step]
-        parent[concrete[-1]] = value
+        _at(out, concrete[:-1])[concrete[-1]] = value
     return out
 
 
@@ -265,13 +261,7 @@ def as_text_messages(case: dict, values: Iterable[tuple]) -> dict:
 
 def null_kept(case: dict, concrete: tuple) -> Optional[str]:
     """The null trigger (cluster.triggers' `<top>.*=null`) of a path the request holds as null, or None."""
-    value = case
-    try:
-        for step in concrete:
-            value = value[step]
-    except (KeyError, IndexError, TypeError):
-        return None
-    if value is not None:
+    if _at(case, concrete) is not None:
         return None
     return concrete[0] + ".*" * sum(isinstance(step, str) for step in concrete[1:]) + "=null"
 
