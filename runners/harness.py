@@ -16,8 +16,8 @@ from typing import Callable, Optional
 from .base import Errored, Outcome, RenderRequest
 from .protocol import (
     SUPPORTED_VERSIONS,
+    answer_line,
     encode,
-    encode_outcome,
     harness_description,
     request_from_message,
     requests_from_batch,
@@ -87,7 +87,7 @@ def serve(info: dict, render: Callable[[RenderRequest], Outcome], memory_limit: 
                 outcome = Errored("memory limit exceeded while rendering")
             except Exception as exc:  # the renderer's own bug: report it, keep serving
                 outcome = Errored(f"harness failed: {type(exc).__name__}: {exc}")
-        line = encode_outcome(seq, outcome, version)
+        line = answer_line(seq, outcome, version)
         if not holding:
             out.write(line)
             return

@@ -153,3 +153,21 @@ def test_every_output_shows_the_one_conformance_figure():
     merged = merge_reports([report])
     assert merged["runners"]["eng"]["figure"] == section["figure"]
     assert merged["runners"]["eng"]["constructs"]["filter:y"]["conformance"] == 40.0
+
+
+def test_a_match_built_from_the_defaults_is_the_match_the_constructor_builds():
+    """CellResult.matched (the judge's path for most cells) equals the constructor's result, field for field,
+    and no two results share a later stage's field."""
+    from conformance.judge.classify import MATCHED, result_for
+    from conformance.judge.goldens import Golden
+
+    outcome = Rendered("hi")
+    built = CellResult("r", "t", "c", Status.MATCH, golden_kind="rendered", seconds=0.5, outcome=outcome,
+                       judgement=MATCHED)
+    fast = CellResult.matched("r", "t", "c", outcome, MATCHED, 0.5)
+    assert vars(fast) == vars(built) and fast == built
+    judged = result_for("r", "t", "c", Golden("rendered", b"hi"), outcome)
+    assert vars(judged) == vars(CellResult("r", "t", "c", Status.MATCH, golden_kind="rendered", outcome=outcome,
+                                            judgement=MATCHED))
+    judged.cause = "c-1"
+    assert CellResult.matched("r", "t", "c", outcome, MATCHED).cause is None

@@ -386,6 +386,26 @@ def test_a_rendered_answer_encoded_directly_is_the_encoded_outcome_message():
         encode(outcome_message(3, Raised("m", RefusalKind.RAISE), 1))
 
 
+def test_a_harness_answer_line_is_one_utf8_line_the_client_reads_as_the_outcome():
+    """answer_line (what chatgold's own harnesses write) may carry UTF-8 unescaped; the client reads back the same
+    outcome, and a text UTF-8 cannot carry (a lone surrogate) goes as ASCII escapes, as encode_outcome gives."""
+    from runners.command import _parse_line
+    from runners.protocol import answer_line, encode_outcome, outcome_from_message
+
+    outcomes = [Rendered(text) for text in ("", "plain", "\U0001F600 astral", "line\u2028sep", "\x00\n\t\"\\",
+                                            "caf\u00e9 \u4e2d")]
+    outcomes += [Raised("TypeError: \u00e9", RefusalKind.RENDER), Raised("m", RefusalKind.RAISE), Skipped("no"),
+                 Errored("boom", "tail\n", True)]
+    for seq, outcome in enumerate(outcomes):
+        line = answer_line(seq, outcome)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        line.decode("utf-8")
+        assert outcome_from_message(_parse_line(line), seq) == outcome
+    surrogate = Rendered("lone \ud800")
+    assert answer_line(2, surrogate) == encode_outcome(2, surrogate)
+    assert outcome_from_message(_parse_line(answer_line(2, surrogate)), 2) == surrogate
+
+
 HOLDER = os.path.join(os.path.dirname(__file__), "harnesses", "holder.py")
 
 

@@ -73,8 +73,7 @@ def result_for(runner_name: str, template_id: str, case_id: str, golden: Optiona
     if type(outcome) is Rendered and golden is not None and golden.kind == "rendered" \
             and golden.matches_text(outcome.text):
         # Most cells: a match has no divergence, message, output or fingerprint (what the general path gives).
-        return CellResult(runner_name, template_id, case_id, Status.MATCH, golden_kind="rendered", seconds=seconds,
-                          outcome=outcome, judgement=MATCHED)
+        return CellResult.matched(runner_name, template_id, case_id, outcome, MATCHED, seconds)
     judgement = classify(golden, outcome)
     status = judgement.status
     result = CellResult(
