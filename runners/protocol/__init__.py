@@ -219,7 +219,7 @@ def answer_line(seq: int, outcome: Outcome, version: int = PROTOCOL_VERSION) -> 
     """A harness's response line: the message of encode_outcome as UTF-8 JSON (the framing allows it), written
     by orjson where the interpreter has it (half the CPU of json's ASCII escaping, once per cell); what orjson
     refuses (a lone surrogate, which UTF-8 cannot carry) goes as encode_outcome's ASCII escapes."""
-    if _orjson_dumps is not None and type(seq) is int:
+    if _orjson_dumps is not None:
         try:
             return _orjson_dumps(outcome_message(seq, outcome, version), option=_NEWLINE)
         except TypeError:
