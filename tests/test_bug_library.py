@@ -35,6 +35,12 @@ BUGS = ["tojson-sorts-keys", "tojson-escapes-html", "tojson-ignores-indent", "no
         "one-part-content-flattened", "text-parts-joined", "date-string-bound",
         "data-keys-sorted", "tool-calls-as-content", "final-assistant-continued"]
 COMBINATIONS = [tuple(sorted(random.Random(seed).sample(BUGS, 3))) for seed in range(10)]
+# Bugs a request layer makes by probing the template first (as llama.cpp's capability probe does), and corpus
+# templates they show in: a template that prints no system message, or prints a one-part content list's text
+# and not a string content. A probe template prints the data it is given, so these show only on the
+# reproducer's own template.
+PROBED = {"system-folded": ["google-gemma-2-2b-it", "microsoft-phi-3-medium-128k-instruct"],
+          "content-parts-probed": ["huggingfacetb-smolvlm-256m-instruct", "minimaxai-minimax-text-01-hf"]}
 
 
 def buggy(*bugs, protocol: int = 2):
@@ -103,6 +109,17 @@ def test_each_bug_alone_is_one_cause_with_exactly_its_cells(bug, protocol, cells
     [cause] = explanation.causes
     assert set(cause.cells) == failing
     assert cause.confirmed
+
+
+@pytest.mark.parametrize("bug", sorted(PROBED))
+def test_a_rewrite_decided_by_probing_the_template_is_one_cause(bug, reference):
+    cells = Selection.load(PROBED[bug] + TEMPLATES[:2]).cells()
+    results, failing, explanation = _explained((bug,), cells, reference, minimal=True)
+    assert failing and {key[0] for key in failing} <= set(PROBED[bug]), "the bug shows where its probe fires"
+    assert explanation.unexplained == []
+    assert len(explanation.causes) == 1, _describe(explanation)
+    [cause] = explanation.causes
+    assert set(cause.cells) == failing and cause.confirmed
 
 
 @pytest.mark.parametrize("bugs", COMBINATIONS, ids="+".join)

@@ -760,7 +760,9 @@ def _owned_by_what_is_seen(found: dict, reference, engine, stats: Optional[Drive
             # a key the request has as null, which the reference drops (R4) and the engine kept: the null's
             # trigger, as find_owners names it, so the engine keeping nulls is one cause whether it renders or
             # refuses
-            by_trigger.setdefault(seen.null_kept(case, concrete) or trigger, []).append(concrete)
+            # an uncommon role given as another: the role's trigger, as find_owners names it
+            by_trigger.setdefault(seen.null_kept(case, concrete) or seen.role_rewritten(case, concrete) or trigger,
+                                  []).append(concrete)
         for trigger, concretes in by_trigger.items():
             batch.append(_with_case(found[key].request, seen.without(case, concretes)))
             tried.append((key, trigger))
@@ -797,6 +799,8 @@ def _owned_by_what_is_seen(found: dict, reference, engine, stats: Optional[Drive
                                   engine, stats)
     _owned_by_added_content({key: repro for key, repro in found.items() if not repro.owner}, reference, engine,
                             stats)
+    _owned_by_request_rewrite({key: repro for key, repro in found.items() if not repro.owner}, reference, engine,
+                              stats)
 
 
 def _as_unbound(trigger: str) -> str:
@@ -917,6 +921,60 @@ def _owned_by_added_content(found: dict, reference, engine, stats: Optional[Driv
             found[key].owner = (seen.ADDED_CONTENT,)
 
 
+def _owned_by_request_rewrite(found: dict, reference, engine, stats: Optional[DriverStats] = None) -> None:
+    """The reproducers whose conversation the engine rewrote before the template ran, in a way it decides by
+    the template (cluster.REWRITES: a system message taken out, string content as a text part), whether the
+    template then prints or raises its own refusal. A probe template cannot show it (an engine that decides by
+    what the template does keeps the data for a probe that prints it), so each rewrite is tried on the
+    reproducer's own template, both sides rendered: the reference given a variant answers as the engine did
+    on the reproducer, and the engine given the variant answers as the reference (nothing is left to
+    rewrite); so again with the template printing after it what the rewrite changes (the messages' roles,
+    their content's kinds: Rewrite.suffix), which the rewrite must explain too. The rewrite's control must be
+    explained the same way by the variant in the same place (or, where the control leaves nothing to rewrite,
+    both sides agree on it): a template's own semantics (an empty string iterated once, a system check
+    skipped) would not. Keyed by the rewrite alone, whatever the template does with the data: one bug, not one
+    cause for each template's check. The reference refuses a conversation left empty, so a lone system
+    message left out cannot be shown."""
+    tried, batch = [], []
+    for key, repro in found.items():
+        if repro.ignores_template:
+            continue
+        case = repro.request.conversation.to_dict()
+        for trigger, (variants_of, control_of, suffix) in cluster.REWRITES.items():
+            shaped = replace(repro.request, template=repro.request.template + suffix)
+            variants = variants_of(case)
+            if not variants:
+                continue
+            control = control_of(case)
+            controls = variants_of(control)
+            if controls and len(controls) != len(variants):
+                continue
+            tried.append((key, trigger, len(variants), len(controls)))
+            batch.append(shaped)
+            batch.extend(_with_case(repro.request, v) for v in variants)
+            batch.extend(_with_case(shaped, c) for c in [control] + variants + controls)
+    if not batch:
+        return
+    pairs = iter(render_pairs(reference, engine, batch, stats))
+    for key, trigger, count, rewritten in tried:
+        shaped = next(pairs)
+        plain = [next(pairs) for _ in range(count)]
+        control = next(pairs)
+        variants = [next(pairs) for _ in range(count)]
+        # a control with nothing to rewrite: the reference's own answer to it is what the engine must give
+        controls = [next(pairs) for _ in range(rewritten)] or [control] * count
+        if found[key].owner or not _answered(control):
+            continue
+        for before, variant, controlled in zip(plain, variants, controls):
+            # answers compared as the judge compares them: a refusal the template raises is the same refusal
+            # whichever engine words it
+            if _answered(before) and not _differs(before) and not _differs((before[0], found[key].engine)) \
+                    and _answered(variant) and not _differs(variant) and not _differs((variant[0], shaped[1])) \
+                    and _answered(controlled) and not _differs((controlled[0], control[1])):
+                found[key].owner = (trigger,)
+                break
+
+
 def _with_case(request: RenderRequest, case: dict) -> RenderRequest:
     return replace(request, conversation=Conversation.from_dict(case))
 
@@ -1027,7 +1085,7 @@ def _confirm(causes: list, plan: Plan, found: dict, reference, engine, stats,
 
 # -- one mechanism, several symptoms ------------------------------------------------------------------------
 
-COMMON_ROLES = frozenset({"", "user", "assistant", "system"})
+COMMON_ROLES = seen.USUAL_ROLES
 
 
 def data_features(case: dict) -> set:

@@ -24,7 +24,7 @@ import hashlib
 import json
 import re
 from functools import lru_cache
-from typing import Iterable, Optional
+from typing import Callable, Iterable, NamedTuple, Optional
 
 from conformance.explain import seen
 from conformance.explain.signature import (
@@ -408,7 +408,7 @@ def tested_reads(symptom: Symptom, constructs: Iterable[str], paths: Optional[li
     return list(paths) if any(name.startswith("test:") for name in culprits(constructs)) else []
 
 
-_USUAL_ROLES = frozenset({"", "user", "assistant", "system"})
+_USUAL_ROLES = seen.USUAL_ROLES
 # Constructs that only ask whether a name is there, or give it a value when it is not.
 _PRESENCE = frozenset({"test:defined", "test:undefined", "test:none", "test:true", "test:false", "test:boolean",
                        "filter:default", "filter:d"})
@@ -495,6 +495,104 @@ REASONING_NAMES = "messages.reasoning=one-name"
 # Nothing can be taken out (the cut follows from the conversation itself), so only its stand-in, the reference
 # asked to continue, can show it.
 CONTINUED_UNASKED = "continue_final_message=unasked"
+
+
+# Rewrites a request layer may make of a conversation depending on the template (llama.cpp decides by probing
+# what the template does with a system message, or with string content), which no probe template can show: the
+# engine keeps the data as given for a probe that prints it. Each is tried on the reproducer's own template
+# (causes._owned_by_request_rewrite). A rewrite has its variants of a case (the case as the request layer may
+# rebuild it) and a control: another case that the same rewrite must explain too, which a template's own
+# semantics would not (the system message as a user's, which no rewrite touches; every string content longer).
+
+# A system message taken out: left out (llama.cpp, when it is alone) or folded into the next message's content
+# (llama.cpp otherwise, with a newline). One trigger: a template that never prints the system text cannot tell
+# the two apart.
+SYSTEM_TAKEN_OUT = "system=taken-out"
+FOLD_JOINS = ("\n\n", "\n", " ", "")
+# A string content given to the template as a list of one text part: named as the probe names the same change
+# (seen.changes), so an engine that does it for every template is one cause with one that does it for some.
+CONTENT_AS_PARTS = seen.PREFIX + "messages[].content=string>list"
+LENGTHENED = "xy"   # appended to every string content by CONTENT_AS_PARTS' control
+
+
+def system_rewrites(case: Optional[dict]) -> list:
+    """Each rewrite of a case's system messages a request layer may make: each system message left out, each
+    folded into the next message's content (its text first, then one of FOLD_JOINS). Each message alone: a
+    reproducer keeps the messages its difference needs."""
+    messages = (case or {}).get("messages") or []
+    out = []
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") != "system":
+            continue
+        variant = json.loads(json.dumps(case))
+        del variant["messages"][index]
+        out.append(variant)
+        following = messages[index + 1] if index + 1 < len(messages) else None
+        if isinstance(message.get("content"), str) and isinstance(following, dict) and \
+                isinstance(following.get("content"), str):
+            for join in FOLD_JOINS:
+                variant = json.loads(json.dumps(case))
+                variant["messages"][index + 1]["content"] = message["content"] + join + following["content"]
+                del variant["messages"][index]
+                out.append(variant)
+    return out
+
+
+def system_as_user(case: dict) -> dict:
+    """The case with every system message given as a user's: the control of system_rewrites."""
+    return _with_messages(case, lambda message: dict(message, role="user") if message.get("role") == "system"
+                          else message)
+
+
+def content_as_parts(case: Optional[dict]) -> list:
+    """The case with every string content as one text part, then each such message alone; [] without one."""
+    messages = (case or {}).get("messages") or []
+    where = [i for i, m in enumerate(messages) if isinstance(m, dict) and isinstance(m.get("content"), str)]
+    if not where:
+        return []
+    parts = lambda message: dict(message, content=[{"type": "text", "text": message["content"]}])  # noqa: E731
+    out = [_with_messages(case, lambda message: parts(message) if isinstance(message.get("content"), str)
+                          else message)]
+    if len(where) > 1:
+        for index in where:
+            variant = json.loads(json.dumps(case))
+            variant["messages"][index] = parts(variant["messages"][index])
+            out.append(variant)
+    return out
+
+
+def contents_lengthened(case: dict) -> dict:
+    """The case with LENGTHENED after every string content: the control of content_as_parts (a template
+    iterating or indexing the string answers otherwise for it; the rewrite's one part does not)."""
+    return _with_messages(case, lambda message: dict(message, content=message["content"] + LENGTHENED)
+                          if isinstance(message.get("content"), str) else message)
+
+
+def _with_messages(case: dict, change) -> dict:
+    out = json.loads(json.dumps(case))
+    out["messages"] = [change(m) if isinstance(m, dict) else m for m in out.get("messages") or []]
+    return out
+
+
+# What a rewrite's template prints after the reproducer's own (causes._owned_by_request_rewrite), which the rewrite
+# must explain too: a template-engine bug that only looks like a rewrite (a raise skipped, a string not iterable)
+# leaves the messages as they were. Each looks only at what its rewrite changes, and never prints the content, so
+# an engine that decides by what the template does with the content decides as it did: roles for a system
+# message taken out (llama.cpp judges system support by whether the system content is used at all), the content's
+# kind (string, mapping, list, other) for content given as parts.
+ROLES_SUFFIX = "{% for m in messages %}|{{ m.role }}{% endfor %}"
+KINDS_SUFFIX = ("{% for m in messages %}|{% if m.content is string %}s{% elif m.content is mapping %}m"
+                "{% elif m.content is iterable %}l{% else %}o{% endif %}{% endfor %}")
+
+
+class Rewrite(NamedTuple):
+    variants: Callable    # case -> the case as the request layer may rebuild it, each way
+    control: Callable     # case -> a case the rewrite must explain too (its variants pair with these by position)
+    suffix: str           # printed after the template, for the rewrite to explain
+
+
+REWRITES = {SYSTEM_TAKEN_OUT: Rewrite(system_rewrites, system_as_user, ROLES_SUFFIX),
+            CONTENT_AS_PARTS: Rewrite(content_as_parts, contents_lengthened, KINDS_SUFFIX)}
 
 
 def _aliased(case: dict) -> Optional[dict]:
@@ -691,6 +789,8 @@ def owner_subject(owner: Iterable[str]) -> str:
             said.append(f"`{name}` left unbound where the reference binds it")
         elif trigger.startswith("role="):
             said.append(f"a `{trigger[len('role='):]}` message")
+        elif trigger == SYSTEM_TAKEN_OUT:
+            said.append("a `system` message left out or folded into the next message")
         elif seen.is_seen(trigger):
             said.append(seen.subject(trigger))
         elif trigger.startswith(BINDS):

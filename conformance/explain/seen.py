@@ -120,6 +120,8 @@ def without(case: dict, concretes: Iterable[tuple]) -> dict:
     # deepest and last first, so that taking out one list item does not move another
     order = lambda c: (len(c), tuple((0, p, "") if isinstance(p, int) else (1, 0, p) for p in c))  # noqa: E731
     for concrete in sorted(concretes, key=order, reverse=True):
+        if concrete == ("messages",):
+            continue   # every request has its messages: a list of another length is shown by other owners
         parent = out
         try:
             for step in concrete[:-1]:
@@ -264,6 +266,19 @@ def null_kept(case: dict, concrete: tuple) -> Optional[str]:
     if _at(case, concrete) is not None:
         return None
     return concrete[0] + ".*" * sum(isinstance(step, str) for step in concrete[1:]) + "=null"
+
+
+USUAL_ROLES = frozenset({"", "user", "assistant", "system"})
+
+
+def role_rewritten(case: dict, concrete: tuple) -> Optional[str]:
+    """The role trigger (cluster.triggers' `role=<role>`) of a message role other than the usual ones that the
+    engine was given as another string, or None: the engine rewriting a `developer` role is one cause whether
+    the template then prints it, branches on it or refuses."""
+    if len(concrete) != 3 or concrete[0] != "messages" or concrete[2] != "role":
+        return None
+    value = _at(case, concrete)
+    return f"role={value}" if isinstance(value, str) and value not in USUAL_ROLES else None
 
 
 def is_seen(trigger: str) -> bool:

@@ -70,6 +70,10 @@ BUGS = {
                         "keys sorted (a JSON value type without preserved order)",
     "tool-calls-as-content": "a message with tool calls and no content reaches the template with the calls as its "
                              "content (compact JSON) and no `tool_calls` (a request layer of plain text messages)",
+    "system-folded": "a capability probe finds the template prints no system message: a leading system message "
+                     "then reaches it folded into the next one's content, joined with a newline",
+    "content-parts-probed": "a capability probe finds the template prints a one-part content list's text but not a "
+                            "string content: every string content then reaches it as one text part",
     "reasoning-not-aliased": "a message's reasoning reaches the template only under the name the request used "
                              "(R11 not applied)",
 }
@@ -222,6 +226,21 @@ def _plant(bugs: frozenset) -> None:
         if bugs & REQUEST_LAYER and all(isinstance(m, dict) for m in messages):
             messages = [_adapted(m, bugs) for m in messages]
             conversation["messages"] = messages
+        if "system-folded" in bugs and len(messages) > 1 and all(isinstance(m, dict) for m in messages[:2]) \
+                and messages[0].get("role") == "system" and isinstance(messages[0].get("content"), str) \
+                and isinstance(messages[1].get("content"), str) and \
+                not _probe_prints(render, template, [{"role": "system", "content": PROBE},
+                                                     {"role": "user", "content": "x"}]):
+            messages = [dict(messages[1], content=messages[0]["content"] + "\n" + messages[1]["content"])] + \
+                list(messages[2:])
+            conversation["messages"] = messages
+        if "content-parts-probed" in bugs and all(isinstance(m, dict) for m in messages) and \
+                any(isinstance(m.get("content"), str) for m in messages) and \
+                not _probe_prints(render, template, [{"role": "user", "content": PROBE}]) and \
+                _probe_prints(render, template, [{"role": "user", "content": [{"type": "text", "text": PROBE}]}]):
+            messages = [dict(m, content=[{"type": "text", "text": m["content"]}])
+                        if isinstance(m.get("content"), str) else m for m in messages]
+            conversation["messages"] = messages
         if "null-content-empty" in bugs and all(isinstance(m, dict) for m in messages):
             fixed = []
             for message in messages:
@@ -256,6 +275,16 @@ def _plant(bugs: frozenset) -> None:
         return outcome
 
     minimal_harness.render_with_engine = buggy
+
+
+PROBE = "CAPABILITY_PROBE_7f3"
+
+
+def _probe_prints(render, template: str, messages: list) -> bool:
+    """Whether the template, given these probe messages alone, prints PROBE (as llama.cpp's capability probe
+    decides what a template supports)."""
+    outcome = render(template, None, None, {"messages": messages, "add_generation_prompt": False})
+    return outcome[0] == "rendered" and PROBE in outcome[1]
 
 
 REQUEST_LAYER = frozenset({"tool-arguments-parsed", "developer-as-system", "message-keys-dropped",
