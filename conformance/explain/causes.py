@@ -941,10 +941,10 @@ def _owned_by_request_rewrite(found: dict, reference, engine, stats: Optional[Dr
             continue
         case = repro.request.conversation.to_dict()
         for trigger, (variants_of, control_of, suffix) in cluster.REWRITES.items():
-            shaped = replace(repro.request, template=repro.request.template + suffix)
             variants = variants_of(case)
             if not variants:
                 continue
+            shaped = replace(repro.request, template=repro.request.template + suffix)
             control = control_of(case)
             controls = variants_of(control)
             if controls and len(controls) != len(variants):
@@ -1085,9 +1085,6 @@ def _confirm(causes: list, plan: Plan, found: dict, reference, engine, stats,
 
 # -- one mechanism, several symptoms ------------------------------------------------------------------------
 
-COMMON_ROLES = seen.USUAL_ROLES
-
-
 def data_features(case: dict) -> set:
     """What a reproducer's data holds, names and paths normalised: (field, key path without indices, value
     class). A null, a boolean or a role is its value; anything else its type. Text in messages is no feature
@@ -1105,7 +1102,7 @@ def data_features(case: dict) -> set:
         elif value is None or isinstance(value, bool):
             out.add((top, path, value))
         elif path[-1:] == ("role",):
-            if value not in COMMON_ROLES:
+            if value not in seen.USUAL_ROLES:
                 out.add((top, path, value))
         elif not (top == "messages" and isinstance(value, str)):
             out.add((top, path, type(value).__name__))

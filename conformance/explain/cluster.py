@@ -408,7 +408,6 @@ def tested_reads(symptom: Symptom, constructs: Iterable[str], paths: Optional[li
     return list(paths) if any(name.startswith("test:") for name in culprits(constructs)) else []
 
 
-_USUAL_ROLES = seen.USUAL_ROLES
 # Constructs that only ask whether a name is there, or give it a value when it is not.
 _PRESENCE = frozenset({"test:defined", "test:undefined", "test:none", "test:true", "test:false", "test:boolean",
                        "filter:default", "filter:d"})
@@ -447,7 +446,7 @@ def triggers(case: Optional[dict]) -> list:
                 walk(item, top, depth, key)
         elif value is None or isinstance(value, bool):
             found.add(f"{top}{'.*' * depth}={json.dumps(value)}")
-        elif key == "role" and top == "messages" and value not in _USUAL_ROLES:
+        elif key == "role" and top == "messages" and value not in seen.USUAL_ROLES:
             found.add(f"role={value}")
 
     for top in ("messages", "tools", "documents", "kwargs"):

@@ -280,11 +280,19 @@ def _plant(bugs: frozenset) -> None:
 PROBE = "CAPABILITY_PROBE_7f3"
 
 
+_PROBED: dict = {}
+
+
 def _probe_prints(render, template: str, messages: list) -> bool:
     """Whether the template, given these probe messages alone, prints PROBE (as llama.cpp's capability probe
-    decides what a template supports)."""
-    outcome = render(template, None, None, {"messages": messages, "add_generation_prompt": False})
-    return outcome[0] == "rendered" and PROBE in outcome[1]
+    decides what a template supports); once per template and probe, as llama.cpp probes once at load."""
+    key = (template, json.dumps(messages))
+    if key not in _PROBED:
+        if len(_PROBED) > 4096:   # a reduction's candidate templates: keep the memo bounded
+            _PROBED.clear()
+        outcome = render(template, None, None, {"messages": messages, "add_generation_prompt": False})
+        _PROBED[key] = outcome[0] == "rendered" and PROBE in outcome[1]
+    return _PROBED[key]
 
 
 REQUEST_LAYER = frozenset({"tool-arguments-parsed", "developer-as-system", "message-keys-dropped",
