@@ -86,3 +86,6 @@ def test_an_engine_keying_templates_by_their_text_keeps_its_causes_with_template
     assert counts["renamed"] == 0, [(f.old_id, f.record.id, f.record.title) for f in finished]
     assert {c["id"]: c["title"] for c in stored} == {c.id: c.title for c in new.causes.values()}
     assert all("ignores the template" in c.title for c in new.causes.values())
+    # each record it resolves is a format of its own: a cause is named by the text that picked it
+    from conformance.explain import cluster
+    assert all(cluster.text_identity(c.repro["template"]) in c.title for c in new.causes.values())

@@ -28,8 +28,11 @@ from conformance.files import ENCODING_ERRORS, atomic_write
 # reasoning under one name, and a field left unbound, own a difference; an engine keying templates by their text
 # is keyed as one that ignores the template. 17: a literal renamed in a candidate is held to the first edit
 # found as the candidate's is; a null or a boolean in the conversation shrinks to "". 18: a transplanted hint's
-# template is reduced further (it was kept whole: a macro that only carried a value stayed).
-REDUCER_VERSION = 18
+# template is reduced further (it was kept whole: a macro that only carried a value stayed). 19: a reduction
+# says whether the engine recognised the template by its text (Found.recognised), which takes two neutral
+# variants to show, not one; an empty candidate template is refused where the engine takes it for no template
+# (minimal.empty_means_none).
+REDUCER_VERSION = 19
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 PRUNE_EVERY = 200   # writes between size checks
 

@@ -162,7 +162,7 @@ def _found_to_dict(found: Found) -> dict:
             "bos_token": request.bos_token, "eos_token": request.eos_token,
             "reference": outcome_to_dict(found.reference), "engine": outcome_to_dict(found.engine),
             "symptom": found.symptom.to_dict(), "first": list(found.symptom.first), "renders": found.renders,
-            "complete": found.complete, "ignores_template": found.ignores_template}
+            "complete": found.complete, "ignores_template": found.ignores_template, "recognised": found.recognised}
 
 
 def _symptom_from_dict(data: dict, first=()) -> Symptom:
@@ -177,7 +177,7 @@ def _found_from_dict(data: dict, template_id: str, case_id: str) -> Found:
                             data["eos_token"], template_id, case_id)
     return Found(request, outcome_from_dict(data["reference"]), outcome_from_dict(data["engine"]),
                  _symptom_from_dict(data["symptom"], data.get("first")), data["renders"], data["complete"],
-                 ignores_template=bool(data.get("ignores_template")))
+                 ignores_template=bool(data.get("ignores_template")), recognised=bool(data.get("recognised")))
 
 
 # -- the analysis -------------------------------------------------------------------------------------------
@@ -963,16 +963,28 @@ def _owned_by_request_rewrite(found: dict, reference, engine, stats: Optional[Dr
         variants = [next(pairs) for _ in range(count)]
         # a control with nothing to rewrite: the reference's own answer to it is what the engine must give
         controls = [next(pairs) for _ in range(rewritten)] or [control] * count
-        if found[key].owner or not _answered(control):
+        if found[key].owner or not _answered(control) or not _rewrite_can_show(found[key].engine):
             continue
         for before, variant, controlled in zip(plain, variants, controls):
-            # answers compared as the judge compares them: a refusal the template raises is the same refusal
-            # whichever engine words it
+            # across engines answers are compared as the judge compares them (a refusal is the same refusal
+            # whichever engine words it); the engine with itself exactly: were the variant what the engine made
+            # of the request, it answers both alike to the byte and the word, where an engine that lacks a
+            # method refuses a list in other words than a string, and both sides refusing would show nothing
             if _answered(before) and not _differs(before) and not _differs((before[0], found[key].engine)) \
+                    and before[1] == found[key].engine \
                     and _answered(variant) and not _differs(variant) and not _differs((variant[0], shaped[1])) \
+                    and variant[1] == shaped[1] \
                     and _answered(controlled) and not _differs((controlled[0], control[1])):
                 found[key].owner = (trigger,)
                 break
+
+
+def _rewrite_can_show(engine_answer) -> bool:
+    """Whether answers can show a rewrite owning this difference: what the engine printed, or a refusal the
+    template words itself (raise_exception). An engine's own error (an unknown method, a type error) cannot:
+    one engine given a list where the request has a string and another lacking that method for strings both
+    refuse, as does the reference given the list, and which of the two the engine did no answer says."""
+    return not isinstance(engine_answer, Raised) or engine_answer.refusal == RefusalKind.RAISE
 
 
 def _with_case(request: RenderRequest, case: dict) -> RenderRequest:
@@ -1007,7 +1019,8 @@ def cluster_causes(plan: Plan, found: dict, cached_groups: set, constructs_of: O
     for group_key, repro in found.items():
         constructs = constructs_of.get(group_key) or cluster.constructs_of(repro.template)
         key = cluster.cause_key(repro.symptom, constructs, repro.reference, repro.engine, repro.ignores_template,
-                                _paths(repro.request), repro.request.conversation.to_dict(), repro.owner)
+                                _paths(repro.request), repro.request.conversation.to_dict(), repro.owner,
+                                repro.recognised_as)
         entry = by_key.setdefault(key, {"groups": [], "constructs": constructs})
         entry["groups"].append(group_key)
     causes = []
@@ -1018,7 +1031,7 @@ def cluster_causes(plan: Plan, found: dict, cached_groups: set, constructs_of: O
         cause = Cause(id=cluster.cause_id(key), key=key,
                       title=cluster.title(best.symptom, constructs, best.reference, best.engine,
                                           best.ignores_template, _paths(best.request),
-                                          best.request.conversation.to_dict(), best.owner),
+                                          best.request.conversation.to_dict(), best.owner, best.recognised_as),
                       constructs=[] if best.owner else cluster.culprits(constructs),
                       all_constructs=cluster.constructs_of(best.template),
                       symptom=best.symptom,
@@ -1061,12 +1074,13 @@ def _confirm(causes: list, plan: Plan, found: dict, reference, engine, stats,
             symptom = compare(ref, eng)
             if symptom is not None and symptom.keeps(repro.symptom):
                 cause.found = Found(repro.request, ref, eng, symptom, repro.renders, repro.complete,
-                                    ignores_template=repro.ignores_template, owner=repro.owner)
+                                    ignores_template=repro.ignores_template, owner=repro.owner,
+                                    recognised=repro.recognised)
                 cause.confirmed = True
                 constructs = constructs_of.get(group_key) or cluster.constructs_of(repro.request.template)
                 cause.title = cluster.title(symptom, constructs, ref, eng, repro.ignores_template,
                                             _paths(repro.request), repro.request.conversation.to_dict(),
-                                            repro.owner)
+                                            repro.owner, repro.recognised_as)
                 confirmed.add(cause_id)
             elif pending[cause_id] + 1 < min(len(cause.candidates), 3):
                 still[cause_id] = pending[cause_id] + 1

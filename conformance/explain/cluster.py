@@ -807,9 +807,15 @@ def owner_subject(owner: Iterable[str]) -> str:
     return " with ".join(said) + " (the request's data, whatever the template does with it)"
 
 
+def text_identity(template: str) -> str:
+    """A template's exact text as an identity (the first 12 hex digits of its sha256): what an engine that
+    recognises templates by their text keys its own format by."""
+    return hashlib.sha256(template.encode("utf-8", ENCODING_ERRORS)).hexdigest()[:12]
+
+
 def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
               ignores_template: bool = False, paths: Optional[list] = None, case: Optional[dict] = None,
-              owner: tuple = ()) -> str:
+              owner: tuple = (), recognised: str = "") -> str:
     """The clustering key of a reduced reproducer. An engine that ignores the template (it renders the case
     the same with an empty one) is keyed by that and the kind of difference, not by the template's constructs.
     A reproducer with no construct of its own that differs in text is keyed by what it reads (`paths`, see
@@ -817,7 +823,9 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
     by its data trigger too (triggers(case)); a refusal by its message. A difference that a trigger of its data
     owns (`owner`: taking that trigger out of the reproducer leaves no difference at all, both sides rendered) is
     the engine's handling of that data, keyed by it alone: a continued final message rebuilt by the engine
-    shows through every template differently, and is one bug."""
+    shows through every template differently, and is one bug. An engine that picks a format of its own by the
+    template's exact text (`recognised`: that text's identity) is keyed by the text too: each format it puts in
+    place of a template it knows is its own code, and its own bugs."""
     if owner and not ignores_template:
         if all(trigger.startswith(BINDS) for trigger in owner):
             # the engine binds a global the request does not give: one bug whatever the template makes of it
@@ -846,7 +854,8 @@ def cause_key(symptom: Symptom, constructs: Iterable[str], reference: Outcome, e
         # The engine refuses for a reason of its own; a `raise_exception()` the reproducer keeps only makes the
         # reference refuse too (raised-differently): the same refusal where the reference renders is one cause.
         found = [name for name in found if name != "global:raise_exception"]
-    names = "(ignores the template)" if ignores_template else ",".join(found)
+    names = ("(ignores the template)" + (f"@{recognised}" if recognised else "")) if ignores_template else \
+        ",".join(found)
     if symptom.status in (Status.ENGINE_RAISED, Status.RAISED_DIFFERENTLY):
         # A construct's refusal naming the template's own argument or name in quotes is one refusal whichever
         # it names: MiniJinja's `tojson` rejects `ensure_ascii=`, `separators=` and `sort_keys=` alike (it
@@ -952,14 +961,18 @@ def _quote(text: str, limit: int = 24) -> str:
 
 def title(symptom: Symptom, constructs: Iterable[str], reference: Outcome, engine: Outcome,
           ignores_template: bool = False, paths: Optional[list] = None, case: Optional[dict] = None,
-          owner: tuple = ()) -> str:
+          owner: tuple = (), recognised: str = "") -> str:
     """A short generated title: what the reduced reproducer uses (or, with no construct of its own, what it
-    reads: reads_key; or the data that owns the difference: owner_subject), and how the engine differs on it."""
+    reads: reads_key; or the data that owns the difference: owner_subject), and how the engine differs on it.
+    A template the engine recognises by its text is named by that text's identity (`recognised`)."""
     if owner and not ignores_template:
         return _how(owner_subject(owner), True, symptom, reference, engine, False)
     names = [] if ignores_template else culprits(constructs, _parse_refusal(symptom))
     reads = reads_key(symptom, constructs, reference, engine, paths, ignores_template)
     who = "the engine ignores the template" if ignores_template else subject(names)
+    if ignores_template and recognised:
+        # "ignores the template" kept: known mechanisms leave such causes to their own probe (known_mechanisms)
+        who = f"the engine ignores the template it recognises by its text (sha256 {recognised}…)"
     if reads:
         who = ", ".join(f"`{path}`" for path in reads[:3]) + (" ..." if len(reads) > 3 else "")
     tested = tested_reads(symptom, constructs, paths, ignores_template)

@@ -67,9 +67,9 @@ def finish_one(cause: KnownCause, engine, reference, template: bool = True, conf
         done.kept_because = f"still shrinking after {MAX_STEPS} steps"
         return done
     case = _full(repro["case"])
-    requests = [_request(repro, repro["template"], case), _request(repro, PROBE_TEMPLATE, case),
-                _request(repro, tpl.neutral_variant(repro["template"]), case)]
-    (ref, eng), (probe_ref, probe_eng), variant_pair = render_pairs(reference, confirm or engine, requests)
+    requests = [_request(repro, repro["template"], case), _request(repro, PROBE_TEMPLATE, case)] + \
+        [_request(repro, variant, case) for variant in tpl.neutral_variants(repro["template"])]
+    (ref, eng), (probe_ref, probe_eng), *variant_pairs = render_pairs(reference, confirm or engine, requests)
     symptom = compare(ref, eng)
     if symptom is None or not symptom.differs:
         done.kept_because = "the finished reproducer did not differ when rendered again"
@@ -77,20 +77,20 @@ def finish_one(cause: KnownCause, engine, reference, template: bool = True, conf
     # As a reduction decides it (Reduction.template_ignored, template_sensitive): the engine ignores the
     # template (the plain-text probe answers alike), or keys it by its exact text (the neutral variant does
     # not); `template=False` (data steps only) says so outright.
-    ignores = not template or (_answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref)) \
-        or keyed_by_text((ref, eng), variant_pair, symptom)
-    found = Found(requests[0], ref, eng, symptom, 0, True, ignores_template=ignores)
+    keyed = bool(template) and keyed_by_text((ref, eng), variant_pairs, symptom)
+    ignores = not template or (_answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref)) or keyed
+    found = Found(requests[0], ref, eng, symptom, 0, True, ignores_template=ignores, recognised=keyed)
     find_owners({cause.id: found}, reference, confirm or engine)
     # keyed by the culprit a reproducer with several shows alone (isolate.py), rendered on the engine itself
     constructs = cluster.constructs_of(repro["template"]) if found.owner else \
         isolated_constructs(requests[0], symptom, ref, eng, reference, confirm or engine, ignores)
     data = requests[0].conversation.to_dict()
     paths = cluster.read_paths(repro["template"], data)
-    key = cluster.cause_key(symptom, constructs, ref, eng, ignores, paths, data, found.owner)
+    key = cluster.cause_key(symptom, constructs, ref, eng, ignores, paths, data, found.owner, found.recognised_as)
     stored = {"template": repro["template"], "case": repro["case"], "bos_token": repro.get("bos_token"),
               "eos_token": repro.get("eos_token"), "reference": outcome_record(ref), "engine": outcome_record(eng),
               **({"owner": list(found.owner)} if found.owner else {})}
-    title = cluster.title(symptom, constructs, ref, eng, ignores, paths, data, found.owner)
+    title = cluster.title(symptom, constructs, ref, eng, ignores, paths, data, found.owner, found.recognised_as)
     done.record = KnownCause(cluster.cause_id(key), title, cause.reason, cause.link,
                              [] if found.owner else cluster.culprits(constructs),
                              symptom.to_dict(), stored)

@@ -272,9 +272,14 @@ def is_one_minimal(reproducer: dict, engine, reference=None, template: Optional[
         ignores = _answer(eng) == _answer(probe_eng) and _answer(ref) != _answer(probe_ref)
         template = True if template is None else template
         listed = candidates(source, conversation, template=template, parse=tpl.parses(source))
-        pairs = render_pairs(reference, engine, [request(s, c) for _, _, s, c, _ in listed])
+        empties = [c for _, _, s, c, _ in listed if not s and source]
+        pairs = render_pairs(reference, engine, [request(s, c) for _, _, s, c, _ in listed] +
+                             [request(tpl.NEUTRAL_PREFIX, c) for c in empties])
+        stand_ins = iter(pairs[len(listed):])
         kept = []
         for (_, name, s, c, rename), pair in zip(listed, pairs):
+            if not s and source and empty_means_none(pair, next(stand_ins)):
+                continue
             own = pair if ignores and c == conversation else None
             if keeps(compare(*pair), target, (ref, eng), rename, own=own):
                 kept.append((name, s, c))
@@ -282,6 +287,15 @@ def is_one_minimal(reproducer: dict, engine, reference=None, template: Optional[
     finally:
         if own:
             reference.close()
+
+
+def empty_means_none(pair: tuple, stand_in: tuple) -> bool:
+    """Whether the engine takes an empty template for no template: its answer with the empty template (`pair`)
+    is not its answer with `{{ '' }}` (`stand_in`), which prints as little in every Jinja engine. llama.cpp and
+    Ollama put a format of their own in its place, so an empty candidate is another input there, not a smaller
+    one: a reduction of a `developer` message printed as `system` would end at ChatML printed for an empty
+    template, the same shape of difference and another mechanism."""
+    return not _same_answer(pair[1], stand_in[1])
 
 
 def keeps(symptom, target, pair: tuple, rename, own: Optional[tuple] = None) -> bool:

@@ -23,7 +23,7 @@ import json
 from dataclasses import dataclass, field, replace
 from typing import Callable, Generator, Optional, Sequence
 
-from conformance.explain import minimal
+from conformance.explain import cluster, minimal
 from conformance.explain import template as tpl
 from conformance.explain.signature import Symptom, compare
 from conformance.judge.status import Status
@@ -61,10 +61,17 @@ class Found:
     ignores_template: bool = False  # the engine renders this case the same with a plain-text template, or keys
     #                                  templates by their exact text (it evaluates none of either)
     owner: tuple = ()        # the data triggers that own the difference (causes.own_differences)
+    recognised: bool = False  # the engine keys this template by its exact text: the text picks what it renders
 
     @property
     def template(self) -> str:
         return self.request.template
+
+    @property
+    def recognised_as(self) -> str:
+        """The recognised template's identity (cluster.text_identity), or "": an engine that picks a format of
+        its own by the template's exact text renders one format for each text it knows, a cause each."""
+        return cluster.text_identity(self.request.template) if self.recognised else ""
 
 
 @dataclass
@@ -73,16 +80,19 @@ class NotReproduced:
     renders: int
 
 
-def keyed_by_text(pair: Pair, variant_pair: Pair, target: Symptom) -> bool:
-    """Whether the engine keys the template by its exact text, from the pairs of a template and of its neutral
-    variant (template.neutral_variant: the same template in other bytes): the reference answers both alike
-    while the engine's answer changes and loses the `target` difference. A reference that prints the variant
-    differently says nothing: not keyed."""
-    (ref, eng), (variant_ref, variant_eng) = pair, variant_pair
-    if _answer(ref) != _answer(variant_ref) or _answer(eng) == _answer(variant_eng):
-        return False
-    symptom = compare(variant_ref, variant_eng)
-    return not (symptom is not None and symptom.keeps(target))
+def keyed_by_text(pair: Pair, variant_pairs: list, target: Symptom) -> bool:
+    """Whether the engine keys the template by its exact text, from the pairs of a template and of each of its
+    neutral variants (template.neutral_variants: the same template in other bytes): for every variant the
+    reference answers alike while the engine's answer changes and loses the `target` difference. A reference
+    that prints a variant differently says nothing: not keyed."""
+    ref, eng = pair
+    for variant_ref, variant_eng in variant_pairs:
+        if _answer(ref) != _answer(variant_ref) or _answer(eng) == _answer(variant_eng):
+            return False
+        symptom = compare(variant_ref, variant_eng)
+        if symptom is not None and symptom.keeps(target):
+            return False
+    return bool(variant_pairs)
 
 
 def _answer(outcome: Outcome) -> tuple:
@@ -125,6 +135,7 @@ class Reduction:
         self.memo: dict = {}
         self.best: Optional[tuple] = None   # (request, pair, symptom)
         self.ignores_template = False
+        self.recognised = False
         self.complete = True
         # Whether candidates must parse before they are rendered: not when the original does not parse
         # (the reference's compile error is then the difference being reduced).
@@ -165,7 +176,12 @@ class Reduction:
         if self.best is not None and minimal.unbinds(self.best[0].template, source, conversation):
             return False   # a name the template bound, now undefined: another difference than the target's
         request = self._request(source, conversation)
-        (pair,) = yield from self.render([request])
+        if not source and self.original.template:
+            pair, stand_in = yield from self.render([request, self._request(tpl.NEUTRAL_PREFIX, conversation)])
+            if minimal.empty_means_none(pair, stand_in):
+                return False
+        else:
+            (pair,) = yield from self.render([request])
         symptom = compare(*pair)
         if symptom is None:
             return False
@@ -209,13 +225,12 @@ class Reduction:
     def template_sensitive(self, source: str, conversation: dict) -> Steps:
         """Whether the engine renders an equivalent template (the same template in other bytes) the same way.
         An engine that recognises templates by their exact text (a record keyed by hash) never will: reducing
-        the template then only costs renders. The variant (template.neutral_variant) renders the same under
-        every whitespace mode; should the reference print it differently all the same, the probe says nothing
+        the template then only costs renders. The variants (template.neutral_variants) render the same under
+        every whitespace mode; should the reference print one differently all the same, the probe says nothing
         and the template is reduced."""
-        variant = tpl.neutral_variant(source)
-        pair, variant_pair = yield from self.render(
-            [self._request(source, conversation), self._request(variant, conversation)])
-        return not keyed_by_text(pair, variant_pair, self.target)
+        pair, *variant_pairs = yield from self.render(
+            [self._request(t, conversation) for t in [source] + tpl.neutral_variants(source)])
+        return not keyed_by_text(pair, variant_pairs, self.target)
 
     # -- the whole reduction ---------------------------------------------------------------------------
     def run(self) -> Steps:
@@ -240,6 +255,7 @@ class Reduction:
                 # An engine that ignores the template is still shown the smallest template on which the
                 # reference differs from it (minimal.keeps: its own output held, the reference's followed).
                 self.reduce_template = yield from self.template_sensitive(tpl.source_of(tree), conversation)
+                self.recognised = not self.reduce_template
                 # An engine that keys templates by their exact text evaluates none of it: the template's
                 # constructs are no part of its difference, which is keyed as an ignored template's is.
                 self.ignores_template = self.ignores_template or not self.reduce_template
@@ -282,7 +298,7 @@ class Reduction:
         """The best pair so far as the reduction's result."""
         request, pair, symptom = self.best
         return Found(request, pair[0], pair[1], symptom, self.renders, self.complete, dict(self.phase_renders),
-                     ignores_template)
+                     ignores_template, recognised=self.recognised)
 
     def run_unreduced(self, reason: str) -> Steps:
         """No reduction (the group is past the per-template limit), only what one probe can tell: if the engine

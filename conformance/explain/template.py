@@ -880,6 +880,13 @@ def neutral_variant(source: str) -> str:
     return NEUTRAL_PREFIX + source
 
 
+def neutral_variants(source: str) -> list:
+    """Two equivalent templates in other bytes, one edit at the first tag and one ahead of it: an engine keying
+    templates by their whole text (a record found by hash) answers both otherwise, where a layer that rewrites
+    one tag's exact text (TGI deleting `{% generation %}`) misses only the first and still runs the template."""
+    return list(dict.fromkeys([neutral_variant(source), NEUTRAL_PREFIX + source]))
+
+
 def literal_variants(leaf: Leaf) -> Iterator[tuple]:
     """(tag, old, new): the tag with one string literal of its expression shortened (emptied, its first
     character, its first half, without its first or last character), with the literal's value before and after:

@@ -74,6 +74,8 @@ BUGS = {
                      "then reaches it folded into the next one's content, joined with a newline",
     "content-parts-probed": "a capability probe finds the template prints a one-part content list's text but not a "
                             "string content: every string content then reaches it as one text part",
+    "generation-tags-deleted": "the exact texts `{% generation %}` and `{% endgeneration %}` are deleted from the "
+                               "template before it compiles (a source rewrite, as TGI's)",
     "reasoning-not-aliased": "a message's reasoning reaches the template only under the name the request used "
                              "(R11 not applied)",
 }
@@ -207,6 +209,8 @@ def _plant(bugs: frozenset) -> None:
 
     def buggy(template, bos_token, eos_token, conversation):
         conversation = dict(conversation)
+        if "generation-tags-deleted" in bugs:
+            template = template.replace("{% generation %}", "").replace("{% endgeneration %}", "")
         if "generation-prompt-ignored" in bugs:
             conversation["add_generation_prompt"] = False
         messages = conversation.get("messages") or []
