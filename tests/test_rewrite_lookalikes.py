@@ -16,7 +16,8 @@ from conformance.judge.expectations import KnownCause
 from runners.base import Conversation, RenderRequest
 from planted_support import differing
 
-PLANTED = ("string-iteration-refused", "one-part-content-flattened", "generation-tags-deleted")
+PLANTED = ("string-iteration-refused", "one-part-content-flattened", "generation-tags-deleted",
+           "empty-template-as-chatml")
 
 HI = [{"role": "user", "content": "hi"}]
 
@@ -74,3 +75,18 @@ def test_each_template_an_engine_recognises_by_its_text_is_a_cause_of_its_own():
                              recognised=cluster.text_identity("{{ 'chatml' }}")) == keys["chatml"]
     assert cluster.text_identity("{{ 'chatml' }}") in cluster.title(
         symptom, [], Rendered("a"), Rendered("b"), True, recognised=cluster.text_identity("{{ 'chatml' }}"))
+
+
+def test_an_empty_template_is_no_smaller_candidate_where_the_engine_takes_it_for_none(planted):
+    """llama.cpp puts its ChatML in place of an empty template: a reduction ending there trades the cell's
+    difference for that one (65 `developer` cells had been keyed so). `{{ '' }}` prints as little in any Jinja
+    engine, so an engine answering the two otherwise takes the empty one for no template."""
+    from conformance.explain.minimal import empty_means_none
+
+    reference, engine = planted
+    empty, stand_in = _request("", HI), _request(tpl.NEUTRAL_PREFIX, HI)
+    on_empty, on_stand_in = render_pairs(reference, engine, [empty, stand_in])   # (reference, engine) each
+    assert on_empty[1].text.startswith("<|im_start|>user") and on_stand_in[1].text == "", "the bug renders"
+    assert empty_means_none(on_empty, on_stand_in)
+    # the reference in the engine's place prints nothing for both: an empty template is its smallest one
+    assert not empty_means_none(*[(eng, ref) for ref, eng in (on_empty, on_stand_in)])

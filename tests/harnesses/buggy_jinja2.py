@@ -76,6 +76,8 @@ BUGS = {
                             "string content: every string content then reaches it as one text part",
     "generation-tags-deleted": "the exact texts `{% generation %}` and `{% endgeneration %}` are deleted from the "
                                "template before it compiles (a source rewrite, as TGI's)",
+    "empty-template-as-chatml": "an empty template is taken for no template: a built-in ChatML is rendered in its "
+                                "place (as llama.cpp does)",
     "reasoning-not-aliased": "a message's reasoning reaches the template only under the name the request used "
                              "(R11 not applied)",
 }
@@ -209,6 +211,9 @@ def _plant(bugs: frozenset) -> None:
 
     def buggy(template, bos_token, eos_token, conversation):
         conversation = dict(conversation)
+        if "empty-template-as-chatml" in bugs and template == "":
+            template = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
         if "generation-tags-deleted" in bugs:
             template = template.replace("{% generation %}", "").replace("{% endgeneration %}", "")
         if "generation-prompt-ignored" in bugs:
