@@ -94,6 +94,10 @@ def test_planted_bugs_are_found_exactly(selection, reference, tmp_path):
         _, again = explained(runner, reference, cells, cache)
     assert again.stats["reduced"] == 0 and again.stats["cached"] == explanation.stats["groups"]
     assert [(c.id, sorted(c.cells)) for c in again.causes] == [(c.id, sorted(c.cells)) for c in explanation.causes]
+    # The stages between reduction and confirmation rendered once and were read back (confirmation never reads them).
+    first, second = explanation.stats["cache"]["outcomes"], again.stats["cache"]["outcomes"]
+    assert first["rendered"] > 0 and second == {"stored": first["rendered"] + first["stored"], "rendered": 0}
+    assert all(c.confirmed for c in again.causes)
 
 
 def test_no_bug_no_cause(selection, reference):

@@ -3,7 +3,8 @@ HF-faithful harness with bugs planted (tests/harnesses/buggy_jinja2.py). A reque
 content list (TGI's, mistral.rs's) over an engine that refuses a string where Python does not gives the very
 answers a layer giving string content as a text part would, as long as both sides refuse: no answer shows which
 it was, so no rewrite may own it. A source rewrite of one tag's exact text runs the rest of the template: it is
-not an engine ignoring the template."""
+not an engine ignoring the template. An engine with a format of its own for each template it recognises has one
+cause per recognised text, and one that takes an empty template for none has no empty candidate template."""
 from __future__ import annotations
 
 from conformance.explain import cluster, template as tpl
@@ -29,8 +30,8 @@ def _request(template: str, messages: list) -> RenderRequest:
 def test_an_engine_s_own_refusal_is_not_owned_by_a_content_rewrite(planted):
     reference, engine = planted
     # the reference walks the string (a text part's `+ ''` would refuse; `loop` makes jinja2 use its loop
-    # context, where the bug lives); the engine refuses the string
-    # itself, and given the parts, flattens them back into that string and refuses alike
+    # context, where the bug lives); the engine refuses the string itself, and given the parts, flattens them
+    # back into that string and refuses alike
     request = _request("{% for c in messages[0].content %}{{ loop.index }}{{ c + '' }}{% endfor %}", HI)
     ((name, _, ref, eng, symptom, _),) = differing(planted, {"walk": request})
     assert eng.kind == "raised" and ref.kind == "rendered"

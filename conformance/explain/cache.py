@@ -6,6 +6,12 @@ kept). A runner without a trustworthy identity (a command harness that gives no 
 live in ~/.cache/chatgold/explain/<aa>/<key>.json (CHATGOLD_CACHE moves the root); writes are atomic
 (temporary file + rename), so concurrent writers never leave a partial entry; the directory is kept under a
 size bound by dropping the least recently used entries.
+
+The stages after reduction (which data owns a difference, which construct is the culprit, which causes are
+one mechanism) render variants of every reproducer again; their outcomes are kept in a result store of their
+own under explain/outcomes (conformance/render/store.py: by each runner's identity, the exact template and
+the conversation), so a re-run answers them from disk. Confirmation never reads it: every cause's reproducer
+is rendered again on both sides in every run.
 """
 from __future__ import annotations
 
@@ -77,6 +83,17 @@ class ExplainCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
+        self._outcomes = None
+
+    def outcomes(self):
+        """The result store of the stages after reduction (module docstring), opened on first use."""
+        from conformance.render.store import ResultStore
+
+        with self._lock:
+            if self._outcomes is None:
+                # bounded as the reductions are (each kept under max_bytes)
+                self._outcomes = ResultStore(self.directory / "outcomes", max_bytes=self.max_bytes, verbose=False)
+            return self._outcomes
 
     @staticmethod
     def key(engine: str, reference: str, request, symptom_key: str) -> str:

@@ -297,10 +297,14 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     # process, not a server start per candidate template); every cause is confirmed on the engine itself.
     reducer = _reduction_runner(engine, log)
     reduced = reduce_groups(plan, known, reference, reducer, stats, cache, families or {}, parallel, progress)
-    own_differences(reduced.found, reference, reducer, stats)
-    constructs = isolate_culprits(reduced.found, reference, reducer, stats)
+    # The stages up to confirmation render through the cache's outcome store: a re-run answers them from disk.
+    outcomes = cache.outcomes() if known.used_cache else None
+    counted = (outcomes.counters.hits, outcomes.counters.rendered) if outcomes is not None else None
+    kept_reference, kept_reducer = _through(reference, outcomes), _through(reducer, outcomes)
+    own_differences(reduced.found, kept_reference, kept_reducer, stats)
+    constructs = isolate_culprits(reduced.found, kept_reference, kept_reducer, stats)
     causes = cluster_causes(plan, reduced.found, set(known.found), constructs)
-    causes = _merge_by_mechanism(causes, reduced.found, reference, reducer, stats)
+    causes = _merge_by_mechanism(causes, reduced.found, kept_reference, kept_reducer, stats)
     confirm_started = time.perf_counter()
     causes, dropped = confirm_causes(causes, plan, reduced.found, reference, engine, stats, constructs)
     unexplained = plan.unexplained + reduced.unexplained + [_unexplained(r, why) for r, why in dropped]
@@ -327,7 +331,10 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
         "reference_seconds": round(stats.reference_seconds, 3), "engine_seconds": round(stats.engine_seconds, 3),
         "reducer": getattr(reducer, "name", None),
         "cache": {"used": known.used_cache, "hits": cache.hits if cache else 0,
-                  "directory": str(cache.directory) if known.used_cache else None},
+                  "directory": str(cache.directory) if known.used_cache else None,
+                  # renders of the stages between reduction and confirmation: answered from disk or rendered
+                  "outcomes": {"stored": outcomes.counters.hits - counted[0],
+                               "rendered": outcomes.counters.rendered - counted[1]} if outcomes is not None else None},
     }
     for name in ("server_starts",):
         value = getattr(engine, name, None)
@@ -593,6 +600,15 @@ def rank_causes(causes: list, figure: dict) -> None:
     for cause in causes:
         cause.conformance_if_fixed, cause.gain = gain_if_fixed(figure, len(cause.cells))
     causes.sort(key=lambda c: (-len(c.cells), c.id))
+
+
+def _through(runner, store):
+    """The runner rendering through a result store first (the runner itself without one)."""
+    if store is None:
+        return runner
+    from conformance.render.store import CachedRunner
+
+    return CachedRunner(runner, store)
 
 
 def _reduction_runner(engine, log=None):

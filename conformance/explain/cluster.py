@@ -155,11 +155,10 @@ def read_paths(template: str, case: Optional[dict] = None, maybe_data: bool = Fa
     leaves `tools` the request's when it is given): every name a template may read."""
     from jinja2 import nodes
 
-    from conformance.explain.template import _env
+    from conformance.explain.template import parsed
 
-    try:
-        tree = _env().parse(template)
-    except Exception:
+    tree = parsed(template)
+    if tree is None:
         return []
     scope: dict = {}
     maybe: set = set()   # names only some branches of an `if` bind

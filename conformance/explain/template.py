@@ -102,11 +102,18 @@ def _env() -> jinja2.Environment:
 @lru_cache(maxsize=4096)
 def parses(source: str) -> bool:
     """Whether jinja2 (with the reference's tags) parses this template. Parsing runs no template code."""
+    return parsed(source) is not None
+
+
+@lru_cache(maxsize=64)
+def parsed(source: str) -> Optional[nodes.Template]:
+    """The template's jinja2 tree (with the reference's tags), None when it does not parse; callers only read
+    it. A reducer asks whether a candidate parses and then which names it reads, one right after the other: the
+    few last trees kept make that one parse (a parse costs about what a render does)."""
     try:
-        _env().parse(source)
+        return _env().parse(source)
     except Exception:  # a syntax error, or the parser's recursion limit on a pathological input
-        return False
-    return True
+        return None
 
 
 def _tag_tokens(tokens: list) -> list:

@@ -21,7 +21,7 @@ from typing import Iterable, Iterator, Optional
 from ..base import Outcome, Raised, RenderRequest, Runner
 from ..command import CommandRunner
 from . import build
-from .allocator import find_mimalloc
+from .allocator import allocator_name, find_mimalloc
 from .server import LlamaServer
 
 # The harness's prefix for a template the server would not load, followed by llama.cpp's log of the load
@@ -45,7 +45,7 @@ class LlamaCppInprocRunner(Runner):
 
         self.builtin = builtin
         self.name = "llamacpp-builtin-inproc" if builtin else "llamacpp-inproc"
-        binary = ensure_harness()
+        binary = self._binary = ensure_harness()
         # As llama-server's: an environment of its own (llama.cpp reads LLAMA_ARG_* as options), C locale, UTC.
         env = {key: os.environ[key] for key in ("PATH", "HOME") if key in os.environ}
         env.update(LANG="C", LC_ALL="C", TZ="UTC")
@@ -86,9 +86,14 @@ class LlamaCppInprocRunner(Runner):
             yield self.shape(outcome)
 
     def identity(self) -> Optional[dict]:
+        """The harness (its source and the binary built from it) and this package's code, which shapes its
+        answers: explain keeps outcomes under it (explain/cache.py)."""
+        from ..identity import PROTOCOL_FILES, file_sha256, source_digest as code_digest
         from .harness_build import source_digest
 
-        return {"name": self.name, "tag": build.LLAMA_CPP_TAG, "harness": source_digest()}
+        return {"name": self.name, "tag": build.LLAMA_CPP_TAG, "harness": source_digest(),
+                "binary": file_sha256(self._binary), "allocator": allocator_name(),
+                "code": code_digest(*PROTOCOL_FILES, "llamacpp")}
 
     def describe(self) -> dict:
         info = super().describe()
