@@ -83,17 +83,13 @@ class ExplainCache:
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
-        self._outcomes = None
 
     def outcomes(self):
-        """The result store of the stages after reduction (module docstring), opened on first use."""
+        """The result store of the stages after reduction (module docstring), bounded as the reductions are: a
+        new one for each run, so its counters are that run's (opening one reads nothing)."""
         from conformance.render.store import ResultStore
 
-        with self._lock:
-            if self._outcomes is None:
-                # bounded as the reductions are (each kept under max_bytes)
-                self._outcomes = ResultStore(self.directory / "outcomes", max_bytes=self.max_bytes, verbose=False)
-            return self._outcomes
+        return ResultStore(self.directory / "outcomes", max_bytes=self.max_bytes, verbose=False)
 
     @staticmethod
     def key(engine: str, reference: str, request, symptom_key: str) -> str:

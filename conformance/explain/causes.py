@@ -49,6 +49,7 @@ from conformance.explain.signature import Symptom, compare, outcome_record, symp
 from conformance.explain.template import lines_of, whitespace_kept
 from conformance.judge.goldens import GoldenStore
 from conformance.judge.status import NO_ANSWER, NON_MATCHING, Status, gain_if_fixed
+from conformance.render.store import CachedRunner
 from runners.base import (
     Conversation,
     Raised,
@@ -299,8 +300,7 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
     reduced = reduce_groups(plan, known, reference, reducer, stats, cache, families or {}, parallel, progress)
     # The stages up to confirmation render through the cache's outcome store: a re-run answers them from disk.
     outcomes = cache.outcomes() if known.used_cache else None
-    counted = (outcomes.counters.hits, outcomes.counters.rendered) if outcomes is not None else None
-    kept_reference, kept_reducer = _through(reference, outcomes), _through(reducer, outcomes)
+    kept_reference, kept_reducer = CachedRunner(reference, outcomes), CachedRunner(reducer, outcomes)
     own_differences(reduced.found, kept_reference, kept_reducer, stats)
     constructs = isolate_culprits(reduced.found, kept_reference, kept_reducer, stats)
     causes = cluster_causes(plan, reduced.found, set(known.found), constructs)
@@ -333,8 +333,8 @@ def explain(results, engine, reference, requests: dict, goldens=None, cache: Opt
         "cache": {"used": known.used_cache, "hits": cache.hits if cache else 0,
                   "directory": str(cache.directory) if known.used_cache else None,
                   # renders of the stages between reduction and confirmation: answered from disk or rendered
-                  "outcomes": {"stored": outcomes.counters.hits - counted[0],
-                               "rendered": outcomes.counters.rendered - counted[1]} if outcomes is not None else None},
+                  "outcomes": {"stored": outcomes.counters.hits, "rendered": outcomes.counters.rendered}
+                  if outcomes is not None else None},
     }
     for name in ("server_starts",):
         value = getattr(engine, name, None)
@@ -600,15 +600,6 @@ def rank_causes(causes: list, figure: dict) -> None:
     for cause in causes:
         cause.conformance_if_fixed, cause.gain = gain_if_fixed(figure, len(cause.cells))
     causes.sort(key=lambda c: (-len(c.cells), c.id))
-
-
-def _through(runner, store):
-    """The runner rendering through a result store first (the runner itself without one)."""
-    if store is None:
-        return runner
-    from conformance.render.store import CachedRunner
-
-    return CachedRunner(runner, store)
 
 
 def _reduction_runner(engine, log=None):
